@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// executor.hpp - carrying out a plan: import every region through its target's importer.
+//
+// A refused import is not an error: that region becomes a fallback (the engine copies its
+// tensors to a device buffer as it always did) and a warning names the importer's reason. Only an
+// unusable call (wrong number of files or importers) or the caller's abort fails the execution,
+// and then every import already made is released before the call returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "weightmap/importer.hpp"
+#include "weightmap/log.hpp"
+#include "weightmap/model.hpp"
+#include "weightmap/planner.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+/// One file's mapping as the executor sees it (the mapping layer, or a test's own mmap).
+struct MappedFile {
+    std::byte* base = nullptr;   ///< page-aligned start of the mapping of file offset 0
+    std::uint64_t length = 0;    ///< mapped length: the file size rounded up to whole pages
+};
+
+struct ExecuteOptions {
+    LogCallback log;             ///< empty: the process-wide default (stderr)
+    /// Called after each import with the extent bytes imported so far and the total planned.
+    /// Return false to abort: every import made so far is released and the call fails with
+    /// ErrorKind::aborted.
+    std::function<bool(std::uint64_t done, std::uint64_t total)> progress;
+};
+
+/// Where one tensor lives after execution.
+struct TensorLocation {
+    bool imported = false;                 ///< false: fallback, the engine copies it
+    const ImportedBuffer* buffer = nullptr; ///< the import serving it, when imported
+    std::uint64_t offset_in_buffer = 0;    ///< buffer->host_address + this == host_address
+    const std::byte* host_address = nullptr; ///< the tensor's bytes in the mapping (always set)
+    std::string_view reason;               ///< why it falls back; empty when imported
+};
+
+/// The imports of one executed plan. Owns them: destruction (or release_all()) releases every
+/// import through its importer, in reverse order of import. Move-only. The importers and the
+/// mappings must outlive it. Reading from several threads is safe; releasing is not concurrent
+/// with reading.
+class Placement {
+public:
+    Placement();
+    Placement(Placement&&) noexcept;
+    Placement& operator=(Placement&&) noexcept;
+    ~Placement();
+
+    /// The plan as executed: refused imports are fallbacks here, with the importer's reason,
+    /// and the totals are recomputed.
+    const Plan& plan() const noexcept;
+    /// Location of tensor `index` of the ModelDesc; index must be < number of tensors.
+    TensorLocation locate(std::uint32_t index) const;
+    /// Live imports (non-CPU and CPU alike).
+    std::size_t import_count() const noexcept;
+    /// Releases everything now; idempotent. Release failures are logged, never retried.
+    void release_all() noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    friend Result<Placement> execute_plan(const ModelDesc&, Plan, std::span<const MappedFile>,
+                                          std::span<Importer* const>, const ExecuteOptions&);
+};
+
+/// Executes `plan` (made from `model`) over `files` (one per ModelDesc::files entry), importing
+/// each region through `importers[region.target]` (one per target; null means "no importer": the
+/// region falls back). Checks before each import that the extent lies inside the mapped length
+/// and that its address meets the importer's alignment; a violation is that region's fallback.
+Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
+                               std::span<const MappedFile> files,
+                               std::span<Importer* const> importers,
+                               const ExecuteOptions& options = {});
+
+} // namespace wm

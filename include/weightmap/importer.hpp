@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// importer.hpp - the one small interface every importer implements.
+//
+// An importer makes a host range (a piece of the weight file's mapping) usable by one device in
+// place, without copying it. Capabilities are data, declared by the importer; the planner and the
+// mapping policy read them and never guess from a name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+/// What an importer needs and can do. Plain data; copy freely.
+struct ImporterCaps {
+    /// The import needs PROT_WRITE pages (HSA locks read-write: a PROT_READ mapping fails with a
+    /// bare HSA_STATUS_ERROR). Only non-CPU importers may set it; it is what makes the mapping
+    /// policy open weight files O_RDWR.
+    bool needs_writable_mapping = false;
+    /// Required alignment of both the start address and the size of an import, in bytes; a power
+    /// of two. The planner aligns every extent to max(page size, alignment).
+    std::uint64_t alignment = 1;
+    /// Largest single import in bytes; 0 means no limit (Vulkan: maxMemoryAllocationSize).
+    std::uint64_t max_import_size = 0;
+    /// This is the CPU: imports are passthrough, pin nothing and never need a writable mapping.
+    bool is_cpu = false;
+    /// An import stays valid after the mapping is re-protected PROT_READ, so the mapping layer
+    /// may drop write access once importing is done and a stray store faults instead of
+    /// corrupting the model file.
+    bool survives_read_only_reprotect = false;
+};
+
+/// Whether an importer can be used on this machine, and why not.
+struct Availability {
+    bool available = false;
+    std::string reason; ///< empty when available; otherwise names what is missing
+};
+
+/// One imported range. Owned by whoever called import(); hand it back to the same importer's
+/// release() exactly once.
+struct ImportedBuffer {
+    void* host_address = nullptr;   ///< the aligned host address that was imported
+    std::uint64_t size = 0;         ///< bytes imported from host_address (aligned)
+    void* device_address = nullptr; ///< address the device uses (HSA agent pointer; CPU: host)
+    std::uint64_t native_memory = 0; ///< backend object, e.g. VkDeviceMemory; 0 if none
+    std::uint64_t native_buffer = 0; ///< backend object, e.g. VkBuffer; 0 if none
+    /// Always true for a buffer returned by import(): it wraps memory the device did not
+    /// allocate, so an engine must never return it to a device pool (upstream flags the buffer
+    /// context the same way; releasing an imported range to the pool corrupts its accounting).
+    bool imported = true;
+};
+
+/// The importer interface. Implementations must make import() and release() safe to call
+/// concurrently from several threads (engines load several models at once).
+class Importer {
+public:
+    virtual ~Importer() = default;
+
+    /// Short stable name: "cpu", "vulkan", "hsa", or a test's own.
+    virtual std::string_view name() const noexcept = 0;
+    virtual ImporterCaps caps() const noexcept = 0;
+    /// Cheap after the first call. When false, reason says what is missing.
+    virtual Availability available() const = 0;
+
+    /// Imports [host_address, host_address + size). Preconditions checked by callers: both are
+    /// multiples of caps().alignment, size > 0 and <= max_import_size when that is set. On
+    /// failure returns an error whose message is the backend's own reason (status string,
+    /// VkResult name); nothing stays imported.
+    virtual Result<ImportedBuffer> import(void* host_address, std::uint64_t size) = 0;
+
+    /// Releases a buffer returned by import(). A failure is reported (for the log) but the
+    /// buffer must not be released twice either way.
+    virtual Status release(const ImportedBuffer& buffer) noexcept = 0;
+};
+
+} // namespace wm

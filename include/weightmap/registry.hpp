@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// registry.hpp - the one explicit table of importers this build knows.
+//
+// No static self-registration (a linker drops unreferenced objects from static libraries, and the
+// importer silently vanishes). Order is preference: hsa, vulkan, then the CPU passthrough last as
+// the fallback that is always available.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "weightmap/importer.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+struct ImporterEntry {
+    std::string_view name;       ///< "hsa", "vulkan", "cpu"
+    bool built = false;          ///< compiled into this build (Meson feature option)
+    std::string_view build_note; ///< when !built: which option or package was missing
+    /// Creates the importer with its default configuration (HSA: the runtime found by dlopen and
+    /// every GPU agent; Vulkan: an instance and device of its own on the first device with
+    /// VK_EXT_external_memory_host). Null when !built. The result may still be unavailable():
+    /// ask it.
+    std::unique_ptr<Importer> (*create_default)() = nullptr;
+};
+
+/// The table, in preference order, CPU last. Static storage; thread-safe.
+std::span<const ImporterEntry> importer_registry() noexcept;
+
+/// Creates an importer by registry name, or with "auto" the first one that is built and
+/// available. Fails with `unsupported` naming the missing option or the importer's own reason.
+Result<std::unique_ptr<Importer>> create_importer(std::string_view name);
+
+/// The CPU passthrough importer: handle = the pointer, release is a no-op, pins nothing,
+/// never asks for a writable mapping.
+std::unique_ptr<Importer> make_cpu_importer();
+
+} // namespace wm

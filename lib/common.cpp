@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// Small shared pieces of the public API: error names, the log sink, target descriptions.
+#include <cstdio>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "weightmap/log.hpp"
+#include "weightmap/model.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+const char* to_string(ErrorKind kind) noexcept {
+    switch (kind) {
+    case ErrorKind::invalid_argument: return "invalid_argument";
+    case ErrorKind::io: return "io";
+    case ErrorKind::format: return "format";
+    case ErrorKind::unsupported: return "unsupported";
+    case ErrorKind::import_failed: return "import_failed";
+    case ErrorKind::limit: return "limit";
+    case ErrorKind::aborted: return "aborted";
+    case ErrorKind::internal: return "internal";
+    }
+    return "unknown";
+}
+
+namespace {
+std::mutex log_mutex;
+LogCallback& default_callback() {
+    static LogCallback callback;
+    return callback;
+}
+const char* level_name(LogLevel level) {
+    switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warning: return "warning";
+    case LogLevel::error: return "error";
+    }
+    return "?";
+}
+} // namespace
+
+void set_log_callback(LogCallback callback) {
+    std::lock_guard lock(log_mutex);
+    default_callback() = std::move(callback);
+}
+
+void log_message(const LogCallback& callback, LogLevel level, std::string_view message) {
+    if (callback) {
+        callback(level, message);
+        return;
+    }
+    LogCallback sink;
+    {
+        std::lock_guard lock(log_mutex);
+        sink = default_callback();
+    }
+    if (sink) {
+        sink(level, message);
+    } else if (level >= LogLevel::warning) {
+        fmt::print(stderr, "weightmap: {}: {}\n", level_name(level), message);
+    }
+}
+
+TargetDesc target_for(std::string name, const Importer& importer) {
+    TargetDesc target;
+    target.name = std::move(name);
+    target.importer_key = std::string(importer.name());
+    target.caps = importer.caps();
+    return target;
+}
+
+} // namespace wm

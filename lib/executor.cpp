@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: MIT
+#include "weightmap/executor.hpp"
+
+#include <cassert>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "internal/align.hpp"
+
+namespace wm {
+
+struct Placement::Impl {
+    struct LiveImport {
+        Importer* importer = nullptr;
+        ImportedBuffer buffer;
+    };
+    const ModelDesc* model = nullptr;
+    Plan plan;
+    std::vector<MappedFile> files;
+    // Per region, per run: index into imports, or no_index when that run was not imported.
+    std::vector<std::vector<std::uint32_t>> run_import;
+    std::vector<LiveImport> imports;
+    LogCallback log;
+
+    void release_all() noexcept {
+        // Reverse order of import, as the backends' own teardown expects.
+        for (auto it = imports.rbegin(); it != imports.rend(); ++it) {
+            if (it->importer == nullptr) continue;
+            Status status = it->importer->release(it->buffer);
+            if (!status)
+                log_message(log, LogLevel::warning,
+                            fmt::format("{}: release of [{}, +{}) failed: {}",
+                                        it->importer->name(), it->buffer.host_address,
+                                        it->buffer.size, status.error().message));
+            it->importer = nullptr;
+        }
+        imports.clear();
+        for (auto& runs : run_import)
+            for (auto& index : runs) index = no_index;
+    }
+
+    void release_region(std::uint32_t region) noexcept {
+        for (std::uint32_t& index : run_import[region]) {
+            if (index == no_index) continue;
+            LiveImport& live = imports[index];
+            if (live.importer != nullptr) {
+                Status status = live.importer->release(live.buffer);
+                if (!status)
+                    log_message(log, LogLevel::warning,
+                                fmt::format("{}: release failed: {}", live.importer->name(),
+                                            status.error().message));
+                live.importer = nullptr;
+            }
+            index = no_index;
+        }
+    }
+
+    void fall_back(std::uint32_t r, const std::string& reason) {
+        release_region(r);
+        PlanRegion& region = plan.regions[r];
+        region.decision = Decision::fallback;
+        region.reason = reason;
+        region.runs.clear();
+        run_import[r].clear();
+        for (auto t : region.tensors) {
+            plan.tensors[t].run = no_index;
+            plan.tensors[t].reason = reason;
+        }
+    }
+};
+
+Placement::Placement() : impl_(std::make_unique<Impl>()) {}
+Placement::Placement(Placement&&) noexcept = default;
+Placement& Placement::operator=(Placement&& other) noexcept {
+    if (this != &other) {
+        release_all();
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+Placement::~Placement() { release_all(); }
+
+const Plan& Placement::plan() const noexcept { return impl_->plan; }
+
+std::size_t Placement::import_count() const noexcept {
+    std::size_t live = 0;
+    for (const auto& i : impl_->imports) live += i.importer != nullptr;
+    return live;
+}
+
+void Placement::release_all() noexcept {
+    if (impl_) impl_->release_all();
+}
+
+TensorLocation Placement::locate(std::uint32_t index) const {
+    const Impl& impl = *impl_;
+    assert(index < impl.plan.tensors.size());
+    const TensorDesc& tensor = impl.model->tensors[index];
+    const TensorPlacement& place = impl.plan.tensors[index];
+    TensorLocation location;
+    location.host_address = impl.files[tensor.file].base + tensor.offset;
+    if (place.run == no_index || place.region >= impl.run_import.size() ||
+        place.run >= impl.run_import[place.region].size() ||
+        impl.run_import[place.region][place.run] == no_index) {
+        location.reason = place.reason.empty() ? std::string_view("not imported")
+                                               : std::string_view(place.reason);
+        return location;
+    }
+    const auto& live = impl.imports[impl.run_import[place.region][place.run]];
+    location.imported = true;
+    location.buffer = &live.buffer;
+    location.offset_in_buffer = place.offset_in_run;
+    return location;
+}
+
+Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
+                               std::span<const MappedFile> files,
+                               std::span<Importer* const> importers,
+                               const ExecuteOptions& options) {
+    if (files.size() != model.files.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("execute_plan: {} mapped files given for a model of {} files",
+                                      files.size(), model.files.size()));
+    if (importers.size() != model.targets.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("execute_plan: {} importers given for {} targets",
+                                      importers.size(), model.targets.size()));
+    if (plan.tensors.size() != model.tensors.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("execute_plan: plan has {} tensors, model has {} (plan made "
+                                      "from another model?)",
+                                      plan.tensors.size(), model.tensors.size()));
+    for (std::size_t f = 0; f < files.size(); ++f) {
+        if (files[f].base == nullptr && model.files[f].size != 0)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("execute_plan: file {} ('{}') has no mapping", f,
+                                          model.files[f].path));
+    }
+
+    Placement placement;
+    Placement::Impl& impl = *placement.impl_;
+    impl.model = &model;
+    impl.plan = std::move(plan);
+    impl.files.assign(files.begin(), files.end());
+    impl.log = options.log;
+    impl.run_import.resize(impl.plan.regions.size());
+
+    std::uint64_t total = 0, done = 0;
+    for (const PlanRegion& region : impl.plan.regions)
+        if (region.decision == Decision::import)
+            for (const PlanRun& run : region.runs) total += run.extent_size;
+
+    for (std::uint32_t r = 0; r < impl.plan.regions.size(); ++r) {
+        PlanRegion& region = impl.plan.regions[r];
+        if (region.decision != Decision::import) continue;
+        impl.run_import[r].assign(region.runs.size(), no_index);
+        Importer* importer = importers[region.target];
+        const TargetDesc& target = model.targets[region.target];
+        const std::string file_name = model.files[region.file].path;
+        if (importer == nullptr) {
+            impl.fall_back(r, fmt::format("no importer for target '{}'", target.name));
+            continue;
+        }
+        if (Availability a = importer->available(); !a.available) {
+            impl.fall_back(r, fmt::format("{} importer not available: {}", importer->name(),
+                                          a.reason));
+            log_message(options.log, LogLevel::warning, region.reason);
+            continue;
+        }
+        const ImporterCaps caps = importer->caps();
+        const std::uint64_t align = std::max<std::uint64_t>(caps.alignment, 1);
+        const MappedFile& mapped = files[region.file];
+        for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
+            const PlanRun& run = region.runs[k];
+            std::string refusal;
+            std::byte* address = mapped.base + run.extent_offset;
+            if (run.extent_offset > mapped.length ||
+                run.extent_size > mapped.length - run.extent_offset) {
+                refusal = fmt::format("extent [{:#x}, +{:#x}) runs past the mapped length {:#x} of "
+                                      "'{}'", run.extent_offset, run.extent_size, mapped.length,
+                                      file_name);
+            } else if (reinterpret_cast<std::uintptr_t>(address) % align != 0 ||
+                       run.extent_size % align != 0) {
+                refusal = fmt::format("extent {} +{:#x} of '{}' is not aligned to the {} "
+                                      "importer's {} bytes", static_cast<void*>(address),
+                                      run.extent_size, file_name, importer->name(), align);
+            } else if (caps.max_import_size != 0 && run.extent_size > caps.max_import_size) {
+                refusal = fmt::format("extent of {} bytes is over the {} importer's maximum "
+                                      "import size {}", run.extent_size, importer->name(),
+                                      caps.max_import_size);
+            }
+            if (refusal.empty()) {
+                Result<ImportedBuffer> imported = importer->import(address, run.extent_size);
+                if (imported) {
+                    const ImportedBuffer& buffer = imported.value();
+                    if (buffer.host_address != address || buffer.size < run.extent_size) {
+                        // An importer that moved the range would break base + offset == mapping
+                        // + file offset for every tensor: refuse it rather than misplace weights.
+                        refusal = fmt::format("{} importer returned {} +{:#x} for {} +{:#x}",
+                                              importer->name(), buffer.host_address, buffer.size,
+                                              static_cast<void*>(address), run.extent_size);
+                        if (Status s = importer->release(buffer); !s)
+                            log_message(options.log, LogLevel::warning, s.error().message);
+                    } else {
+                        impl.run_import[r][k] = static_cast<std::uint32_t>(impl.imports.size());
+                        impl.imports.push_back({importer, buffer});
+                    }
+                } else {
+                    refusal = fmt::format("{} import of '{}' [{:#x}, +{:#x}) failed: {}",
+                                          importer->name(), file_name, run.extent_offset,
+                                          run.extent_size, imported.error().message);
+                }
+            }
+            if (!refusal.empty()) {
+                log_message(options.log, LogLevel::warning,
+                            fmt::format("target '{}', file '{}': falling back to a device copy: {}",
+                                        target.name, file_name, refusal));
+                impl.fall_back(r, refusal);
+                break;
+            }
+            done += run.extent_size;
+            if (options.progress && !options.progress(done, total)) {
+                impl.release_all();
+                return make_error(ErrorKind::aborted,
+                                  fmt::format("execute_plan: aborted by the caller after {} of {} "
+                                              "bytes; every import released", done, total));
+            }
+        }
+    }
+    impl.plan.totals = compute_totals(model, impl.plan);
+    return placement;
+}
+
+} // namespace wm

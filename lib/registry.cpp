@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// The importer table. The only place in the library where build options select code (#if).
+#include "weightmap/registry.hpp"
+
+#include <array>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "internal/backend_factories.hpp"
+#include "weightmap_config.h"
+
+namespace wm {
+namespace {
+
+std::unique_ptr<Importer> create_cpu() { return make_cpu_importer(); }
+
+const std::array<ImporterEntry, 3> table = {{
+#if WEIGHTMAP_HAVE_HSA
+    {"hsa", true, {}, &create_default_hsa_importer},
+#else
+    {"hsa", false, "built without the HSA importer (meson -Dhsa=enabled needs libhsa-runtime-dev)",
+     nullptr},
+#endif
+#if WEIGHTMAP_HAVE_VULKAN
+    {"vulkan", true, {}, &create_default_vulkan_importer},
+#else
+    {"vulkan", false, "built without the Vulkan importer (meson -Dvulkan=enabled needs "
+                      "libvulkan-dev)", nullptr},
+#endif
+    {"cpu", true, {}, &create_cpu},
+}};
+
+} // namespace
+
+std::span<const ImporterEntry> importer_registry() noexcept { return table; }
+
+Result<std::unique_ptr<Importer>> create_importer(std::string_view name) {
+    std::string refusals;
+    for (const ImporterEntry& entry : table) {
+        if (name != "auto" && entry.name != name) continue;
+        if (!entry.built) {
+            if (name != "auto")
+                return make_error(ErrorKind::unsupported,
+                                  fmt::format("importer '{}': {}", entry.name, entry.build_note));
+            continue;
+        }
+        std::unique_ptr<Importer> importer = entry.create_default();
+        Availability availability = importer->available();
+        if (availability.available) return importer;
+        if (name != "auto")
+            return make_error(ErrorKind::unsupported,
+                              fmt::format("importer '{}' is not available: {}", entry.name,
+                                          availability.reason));
+        refusals += fmt::format("{}{}: {}", refusals.empty() ? "" : "; ", entry.name,
+                                availability.reason);
+    }
+    if (name == "auto")
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("no importer is available ({})", refusals));
+    return make_error(ErrorKind::invalid_argument,
+                      fmt::format("unknown importer '{}' (known: hsa, vulkan, cpu, auto)", name));
+}
+
+} // namespace wm

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+#include "fakes/fake_importers.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace wm::test {
+
+FakeImporter::FakeImporter(std::string name, ImporterCaps caps)
+    : name_(std::move(name)), caps_(caps) {}
+
+Result<ImportedBuffer> FakeImporter::import(void* host_address, std::uint64_t size) {
+    std::lock_guard lock(mutex_);
+    ++import_calls_;
+    imports_.push_back({host_address, size});
+    if (fail_import_at != 0 && import_calls_ == fail_import_at)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("injected failure at import #{}", import_calls_));
+    std::uint64_t align = reject_unaligned ? std::max<std::uint64_t>(caps_.alignment, 1) : 1;
+    if (reinterpret_cast<std::uintptr_t>(host_address) % align != 0 || size % align != 0)
+        return make_error(ErrorKind::import_failed, "HSA_STATUS_ERROR (unaligned)");
+    if (reject_read_only && !range_is_writable(host_address, size))
+        return make_error(ErrorKind::import_failed, "HSA_STATUS_ERROR (pages not writable)");
+    ++live_;
+    ImportedBuffer buffer;
+    buffer.host_address = static_cast<std::byte*>(host_address) + misalign_result_by;
+    buffer.size = size;
+    buffer.device_address = buffer.host_address;
+    return buffer;
+}
+
+Status FakeImporter::release(const ImportedBuffer& buffer) noexcept {
+    std::lock_guard lock(mutex_);
+    ++release_calls_;
+    releases_.push_back({buffer.host_address, buffer.size});
+    --live_;
+    if (fail_release_at != 0 && release_calls_ == fail_release_at)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("injected failure at release #{}", release_calls_));
+    return {};
+}
+
+std::vector<FakeImporter::Call> FakeImporter::imports() const {
+    std::lock_guard lock(mutex_);
+    return imports_;
+}
+std::vector<FakeImporter::Call> FakeImporter::releases() const {
+    std::lock_guard lock(mutex_);
+    return releases_;
+}
+std::int64_t FakeImporter::live_imports() const {
+    std::lock_guard lock(mutex_);
+    return live_;
+}
+
+bool range_is_writable(const void* address, std::uint64_t size) {
+    auto begin = reinterpret_cast<std::uintptr_t>(address);
+    std::uintptr_t end = begin + size;
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    std::uintptr_t covered = begin;
+    // /proc/self/maps is sorted by address: walk it, requiring contiguous writable coverage.
+    while (covered < end && std::getline(maps, line)) {
+        std::uintptr_t lo = 0, hi = 0;
+        char perms[5] = {};
+        if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s", &lo, &hi, perms) != 3)
+            continue;
+        if (hi <= covered || lo > covered) continue;
+        if (perms[1] != 'w') return false;
+        covered = hi;
+    }
+    return covered >= end;
+}
+
+ImporterCaps device_caps(std::uint64_t alignment, bool needs_writable) {
+    ImporterCaps caps;
+    caps.alignment = alignment;
+    caps.needs_writable_mapping = needs_writable;
+    return caps;
+}
+
+} // namespace wm::test

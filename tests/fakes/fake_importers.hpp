@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+// Fake importers for tests: each enforces one requirement a real importer has, and records
+// every call so tests can prove what was (and was not) handed to it.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "weightmap/importer.hpp"
+
+namespace wm::test {
+
+/// Records every import and release; can refuse the N-th import, unaligned input, or pages that
+/// are not writable. Counts live imports so a test can assert nothing stays imported.
+class FakeImporter : public Importer {
+public:
+    struct Call {
+        void* address;
+        std::uint64_t size;
+    };
+
+    explicit FakeImporter(std::string name = "fake", ImporterCaps caps = {});
+
+    std::string_view name() const noexcept override { return name_; }
+    ImporterCaps caps() const noexcept override { return caps_; }
+    Availability available() const override { return availability_; }
+    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override;
+    Status release(const ImportedBuffer& buffer) noexcept override;
+
+    // --- behaviour switches -------------------------------------------------------------
+    /// The N-th import (1-based) fails; 0 never.
+    std::uint64_t fail_import_at = 0;
+    /// The N-th release (1-based) reports failure (the buffer is still dropped); 0 never.
+    std::uint64_t fail_release_at = 0;
+    /// Refuse an address or size not aligned to this (0: caps.alignment).
+    bool reject_unaligned = false;
+    /// Refuse a range whose pages are not all PROT_WRITE (read from /proc/self/maps), like
+    /// hsa_amd_memory_lock on a PROT_READ mapping.
+    bool reject_read_only = false;
+    /// Return host_address + this instead of host_address (a broken importer).
+    std::uint64_t misalign_result_by = 0;
+    void set_unavailable(std::string reason) { availability_ = {false, std::move(reason)}; }
+
+    // --- what happened ------------------------------------------------------------------
+    std::vector<Call> imports() const;
+    std::vector<Call> releases() const;
+    std::int64_t live_imports() const;
+
+private:
+    std::string name_;
+    ImporterCaps caps_;
+    Availability availability_{true, {}};
+    mutable std::mutex mutex_;
+    std::vector<Call> imports_, releases_;
+    std::uint64_t import_calls_ = 0, release_calls_ = 0;
+    std::int64_t live_ = 0;
+};
+
+/// True when every page of [address, address + size) lies in a mapping with 'w' permission.
+bool range_is_writable(const void* address, std::uint64_t size);
+
+/// Caps of a device importer like HSA: needs writable pages, page alignment.
+ImporterCaps device_caps(std::uint64_t alignment = 4096, bool needs_writable = false);
+
+} // namespace wm::test

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: MIT
+// Executing a plan over real mappings with fake importers: every tensor lands at mapping base +
+// file offset, a refused import falls back alone, abort and errors release everything.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "fakes/fake_importers.hpp"
+#include "support/temp_file.hpp"
+#include "weightmap/executor.hpp"
+#include "weightmap/registry.hpp"
+
+using namespace wm;
+using wm::test::FakeImporter;
+
+namespace {
+constexpr std::uint64_t MiB = 1024 * 1024;
+
+// A test's own mapping of a file (the mapping layer does this for engines).
+struct TestMapping {
+    std::byte* base = nullptr;
+    std::uint64_t length = 0;
+    TestMapping(const std::string& path, std::uint64_t size, bool writable) {
+        int fd = open(path.c_str(), writable ? O_RDWR : O_RDONLY);
+        REQUIRE(fd >= 0);
+        length = (size + 4095) / 4096 * 4096;
+        void* p = mmap(nullptr, length, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+        close(fd);
+        REQUIRE(p != MAP_FAILED);
+        base = static_cast<std::byte*>(p);
+    }
+    ~TestMapping() { munmap(base, length); }
+    MappedFile view() const { return {base, length}; }
+};
+
+struct Fixture {
+    wm::test::TempFile file_a{16 * MiB + 100};
+    wm::test::TempFile file_b{8 * MiB};
+    ModelDesc model;
+    Fixture() {
+        model.files = {{file_a.path(), file_a.size()}, {file_b.path(), file_b.size()}};
+        model.targets = {TargetDesc{"GPU0", "gpu0", wm::test::device_caps(4096, true)},
+                         TargetDesc{"GPU1", "gpu1", wm::test::device_caps(4096, true)},
+                         TargetDesc{"CPU", "cpu", {}}};
+        model.targets[2].caps.is_cpu = true;
+        // Unaligned offsets on purpose: the superset must be imported.
+        model.tensors = {
+            {"a.w0", 0, 1000, 3 * MiB, 0},     {"a.w1", 0, 3 * MiB + 5000, 2 * MiB, 0},
+            {"a.c0", 0, 6 * MiB, MiB, 2},      {"a.g1", 0, 8 * MiB + 333, 4 * MiB, 1},
+            {"b.w0", 1, 4096, 2 * MiB, 0},     {"b.g1", 1, 3 * MiB, 4 * MiB + 7, 1},
+        };
+    }
+    Plan plan() {
+        PlanOptions o;
+        o.import_enabled = true;
+        auto p = make_plan(model, o);
+        REQUIRE(p.ok());
+        return std::move(p).value();
+    }
+};
+
+void check_every_tensor_resolves(const ModelDesc& model, const Placement& placement,
+                                 const std::vector<MappedFile>& files) {
+    for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
+        const TensorDesc& t = model.tensors[i];
+        TensorLocation loc = placement.locate(i);
+        CHECK(loc.host_address == files[t.file].base + t.offset);
+        if (!loc.imported) continue;
+        REQUIRE(loc.buffer != nullptr);
+        CHECK(loc.buffer->imported);
+        CHECK(static_cast<std::byte*>(loc.buffer->host_address) + loc.offset_in_buffer ==
+              files[t.file].base + t.offset);
+        CHECK(loc.offset_in_buffer + t.size <= loc.buffer->size);
+        // And the bytes there are the file's bytes.
+        auto* p = static_cast<const unsigned char*>(loc.buffer->host_address) + loc.offset_in_buffer;
+        CHECK(p[0] == wm::test::pattern_byte(t.offset));
+        CHECK(p[t.size - 1] == wm::test::pattern_byte(t.offset + t.size - 1));
+    }
+}
+} // namespace
+
+TEST_CASE("every region imports and every tensor resolves to base + offset", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    gpu0.reject_unaligned = gpu1.reject_unaligned = true;
+    gpu0.reject_read_only = gpu1.reject_read_only = true;
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    {
+        auto placed = execute_plan(fx.model, fx.plan(), files, importers);
+        REQUIRE(placed.ok());
+        const Placement& placement = placed.value();
+        for (const PlanRegion& r : placement.plan().regions) CHECK(r.decision == Decision::import);
+        CHECK(gpu0.live_imports() == 2);
+        CHECK(gpu1.live_imports() == 2);
+        for (auto& call : gpu0.imports()) {
+            CHECK(reinterpret_cast<std::uintptr_t>(call.address) % 4096 == 0);
+            CHECK(call.size % 4096 == 0);
+        }
+        check_every_tensor_resolves(fx.model, placement, files);
+        CHECK(placement.plan().totals.fallback_bytes == 0);
+        CHECK(placement.import_count() == 5); // 4 device + 1 CPU passthrough
+    }
+    // Destruction released everything, in reverse order.
+    CHECK(gpu0.live_imports() == 0);
+    CHECK(gpu1.live_imports() == 0);
+    auto imports = gpu0.imports(), releases = gpu0.releases();
+    REQUIRE(releases.size() == 2);
+    CHECK(releases[0].address == imports[1].address);
+    CHECK(releases[1].address == imports[0].address);
+}
+
+TEST_CASE("a failed import turns only that region into a fallback, with a warning", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    gpu1.fail_import_at = 2; // GPU1's file-1 region
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    std::vector<std::string> warnings;
+    ExecuteOptions options;
+    options.log = [&](LogLevel level, std::string_view msg) {
+        if (level == LogLevel::warning) warnings.emplace_back(msg);
+    };
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers, options);
+    REQUIRE(placed.ok());
+    const Plan& plan = placed->plan();
+    int fallbacks = 0;
+    for (const PlanRegion& r : plan.regions) {
+        if (r.decision == Decision::fallback) {
+            ++fallbacks;
+            CHECK(r.target == 1);
+            CHECK(r.file == 1);
+            CHECK_THAT(r.reason, Catch::Contains("injected failure at import #2"));
+        }
+    }
+    CHECK(fallbacks == 1);
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains("GPU1") && Catch::Contains(fx.file_b.path()));
+    TensorLocation b_g1 = placed->locate(5);
+    CHECK_FALSE(b_g1.imported);
+    CHECK_THAT(std::string(b_g1.reason), Catch::Contains("injected failure"));
+    CHECK(placed->locate(3).imported); // GPU1's other region carried on
+    CHECK(plan.totals.fallback_bytes == 4 * MiB + 7);
+    check_every_tensor_resolves(fx.model, placed.value(), files);
+}
+
+TEST_CASE("a read-only mapping makes a writable-needing importer fall back", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), false), mb(fx.file_b.path(), fx.file_b.size(), false);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    gpu0.reject_read_only = true;
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, nullptr, cpu.get()};
+    ExecuteOptions quiet;
+    quiet.log = [](LogLevel, std::string_view) {};
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
+    REQUIRE(placed.ok());
+    for (const PlanRegion& r : placed->plan().regions) {
+        if (r.target == 2) {
+            CHECK(r.decision == Decision::import);
+        } else {
+            CHECK(r.decision == Decision::fallback);
+            CHECK_THAT(r.reason, Catch::Contains(r.target == 0 ? "pages not writable"
+                                                               : "no importer for target 'GPU1'"));
+        }
+    }
+    CHECK(gpu0.live_imports() == 0);
+    CHECK(placed->plan().totals.imported_bytes == 0);
+}
+
+TEST_CASE("abort from the progress callback releases every import", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    for (int stop_after = 1; stop_after <= 4; ++stop_after) {
+        int calls = 0;
+        ExecuteOptions options;
+        options.progress = [&](std::uint64_t done, std::uint64_t total) {
+            CHECK(done <= total);
+            return ++calls < stop_after;
+        };
+        auto placed = execute_plan(fx.model, fx.plan(), files, importers, options);
+        REQUIRE_FALSE(placed.ok());
+        CHECK(placed.error().kind == ErrorKind::aborted);
+        CHECK(gpu0.live_imports() == 0);
+        CHECK(gpu1.live_imports() == 0);
+    }
+}
+
+TEST_CASE("an unusable call fails before importing anything", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true);
+    std::vector<MappedFile> one{ma.view()};
+    FakeImporter gpu0("gpu0");
+    std::vector<Importer*> importers{&gpu0, &gpu0, nullptr};
+    auto r = execute_plan(fx.model, fx.plan(), one, importers);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains("1 mapped files given for a model of 2"));
+    CHECK(gpu0.imports().empty());
+}
+
+TEST_CASE("extent checks at execution: short mapping, misaligned base, moved result", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, nullptr, cpu.get()};
+    ExecuteOptions quiet;
+    quiet.log = [](LogLevel, std::string_view) {};
+
+    SECTION("mapping shorter than the plan") {
+        std::vector<MappedFile> files{{ma.base, 4096}, mb.view()};
+        auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
+        REQUIRE(placed.ok());
+        CHECK_THAT(placed->plan().regions[0].reason, Catch::Contains("runs past the mapped length"));
+    }
+    SECTION("importer returns another address") {
+        gpu0.misalign_result_by = 16;
+        std::vector<MappedFile> files{ma.view(), mb.view()};
+        auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
+        REQUIRE(placed.ok());
+        CHECK(placed->plan().regions[0].decision == Decision::fallback);
+        CHECK_THAT(placed->plan().regions[0].reason, Catch::Contains("returned"));
+        CHECK(gpu0.live_imports() == 0);
+    }
+    SECTION("importer alignment larger than the mapping's") {
+        FakeImporter big("gpu0", wm::test::device_caps(1 << 30, true));
+        std::vector<Importer*> imps{&big, nullptr, cpu.get()};
+        std::vector<MappedFile> files{ma.view(), mb.view()};
+        auto placed = execute_plan(fx.model, fx.plan(), files, imps, quiet);
+        REQUIRE(placed.ok());
+        CHECK(placed->plan().regions[0].decision == Decision::fallback);
+        CHECK(big.imports().empty());
+    }
+}
+
+TEST_CASE("unavailable importer: fallback with its reason, nothing imported", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    gpu0.set_unavailable("no GPU agent");
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, nullptr, cpu.get()};
+    ExecuteOptions quiet;
+    quiet.log = [](LogLevel, std::string_view) {};
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
+    REQUIRE(placed.ok());
+    CHECK_THAT(placed->plan().regions[0].reason, Catch::Contains("no GPU agent"));
+    CHECK(gpu0.imports().empty());
+}
+
+TEST_CASE("registry: CPU last, always available; unknown names are errors", "[registry]") {
+    auto table = importer_registry();
+    REQUIRE(table.size() == 3);
+    CHECK(table.back().name == "cpu");
+    CHECK(table.back().built);
+    auto cpu = create_importer("cpu");
+    REQUIRE(cpu.ok());
+    CHECK(cpu.value()->caps().is_cpu);
+    CHECK_FALSE(cpu.value()->caps().needs_writable_mapping);
+    auto unknown = create_importer("metal");
+    REQUIRE_FALSE(unknown.ok());
+    CHECK_THAT(unknown.error().message, Catch::Contains("unknown importer 'metal'"));
+    auto any = create_importer("auto");
+    REQUIRE(any.ok());
+    CHECK(any.value()->available().available);
+}
