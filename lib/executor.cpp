@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/plan_edit.hpp"
 
 namespace wm {
 
@@ -58,15 +59,8 @@ struct Placement::Impl {
 
     void fall_back(std::uint32_t r, const std::string& reason) {
         release_region(r);
-        PlanRegion& region = plan.regions[r];
-        region.decision = Decision::fallback;
-        region.reason = reason;
-        region.runs.clear();
+        internal::fall_back_region(plan, r, reason);
         run_import[r].clear();
-        for (auto t : region.tensors) {
-            plan.tensors[t].run = no_index;
-            plan.tensors[t].reason = reason;
-        }
     }
 };
 

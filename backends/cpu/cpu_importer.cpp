@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 // CPU passthrough: the CPU reads the mapping where it is, so "importing" is naming the pointer.
+#include <cerrno>
+#include <cstring>
 #include <memory>
+
+#include <sys/mman.h>
+
+#include <fmt/format.h>
 
 #include "weightmap/registry.hpp"
 
@@ -29,6 +35,28 @@ public:
         return buffer;
     }
     Status release(const ImportedBuffer&) noexcept override { return {}; }
+
+    // The control arm on the CPU: a private anonymous copy, as a CPU "device buffer" would be.
+    Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override {
+        if (size == 0) return make_error(ErrorKind::invalid_argument, "cpu copy: zero size");
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return make_error(ErrorKind::io, fmt::format("cpu copy: mmap of {} anonymous bytes "
+                                                         "failed: {}", size, std::strerror(errno)));
+        std::memcpy(p, src, size);
+        ImportedBuffer buffer;
+        buffer.host_address = p;
+        buffer.device_address = p;
+        buffer.size = size;
+        buffer.imported = false;
+        return buffer;
+    }
+    Status free_copy(const ImportedBuffer& buffer) noexcept override {
+        if (munmap(buffer.host_address, buffer.size) != 0)
+            return make_error(ErrorKind::io, fmt::format("cpu copy: munmap failed: {}",
+                                                         std::strerror(errno)));
+        return {};
+    }
 };
 
 } // namespace

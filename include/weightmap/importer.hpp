@@ -74,6 +74,24 @@ public:
     /// Releases a buffer returned by import(). A failure is reported (for the log) but the
     /// buffer must not be released twice either way.
     virtual Status release(const ImportedBuffer& buffer) noexcept = 0;
+
+    // --- optional entries, with documented defaults -------------------------------------------
+    // Used by verification (wm-load) and by the copy control arm; an engine needs none of them.
+
+    /// Copies `size` bytes at `offset` of `buffer` *as the device sees them* into `dst`
+    /// (Vulkan: through a transfer into a host-visible buffer). Default: memcpy from
+    /// buffer.device_address when it is set (CPU, and HSA where the agent pointer is
+    /// host-accessible), otherwise `unsupported`.
+    virtual Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
+                             void* dst);
+
+    /// The control arm: allocates a buffer on this importer's device and copies `size` bytes
+    /// from `src` into it, as an engine without imports would. The result has imported = false
+    /// and is freed with free_copy(). Default: `unsupported`.
+    virtual Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size);
+
+    /// Frees a buffer from allocate_copy(). Default: `unsupported`.
+    virtual Status free_copy(const ImportedBuffer& buffer) noexcept;
 };
 
 } // namespace wm

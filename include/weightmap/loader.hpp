@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// loader.hpp - the whole load in one call: decide the mapping, map, plan, import, re-protect.
+//
+// An engine that already maps its files itself can use planner.hpp + executor.hpp directly;
+// load_model is the safe default that applies every rule of the mapping policy for it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "weightmap/executor.hpp"
+#include "weightmap/mapping.hpp"
+#include "weightmap/model.hpp"
+#include "weightmap/planner.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+struct LoadOptions {
+    MappingOptions mapping;   ///< base_alignment 0: the largest importer alignment above a page
+    PlanOptions plan;
+    ExecuteOptions execute;
+    /// After importing, drop a writable mapping to PROT_READ when every importer that holds an
+    /// import declares survives_read_only_reprotect, so a stray store faults instead of
+    /// corrupting the model file. Leave it on unless measuring.
+    bool reprotect_read_only = true;
+};
+
+/// A loaded model: its mappings and its imports. Destruction releases the imports first, then
+/// unmaps (reverse order of acquisition). Move-only. The importers must outlive it.
+class LoadedModel {
+public:
+    LoadedModel();
+    LoadedModel(LoadedModel&&) noexcept;
+    LoadedModel& operator=(LoadedModel&&) noexcept;
+    ~LoadedModel();
+
+    const ModelDesc& model() const noexcept;       ///< with file sizes filled in
+    const MappingDecision& mapping_decision() const noexcept;
+    const MappedModel& mapping() const noexcept;
+    const Placement& placement() const noexcept;
+    /// Where tensor `index` lives (see Placement::locate).
+    TensorLocation locate(std::uint32_t index) const;
+    /// Whether the mapping ended up PROT_READ, and if a writable one stayed writable, why.
+    bool read_only() const noexcept;
+    const std::string& reprotect_note() const noexcept;
+
+    /// Releases imports, then unmaps. Idempotent; the destructor calls it.
+    void unload() noexcept;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    friend Result<LoadedModel> load_model(ModelDesc, std::span<Importer* const>,
+                                          const LoadOptions&);
+};
+
+/// Loads `model` (its files by path; a size of 0 is filled from the file) with one importer per
+/// target (`importers[target]`, null: that target falls back). Errors name the file and the
+/// system call (missing, directory, empty, permission, mmap/mlock), or the tensor that ends past
+/// its file's real end. Import refusals are fallbacks, not errors. Nothing stays mapped, locked
+/// or imported when it fails.
+Result<LoadedModel> load_model(ModelDesc model, std::span<Importer* const> importers,
+                               const LoadOptions& options = {});
+
+} // namespace wm

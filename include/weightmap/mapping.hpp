@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// mapping.hpp - mapping weight files safely: shared read-only by default, writable shared only
+// when an importer needs it, never private-writable, never left writable longer than needed.
+//
+// Why these rules (measured upstream, see README "Mapping policy"):
+// * HSA locks pages read-write: hsa_amd_memory_lock of a PROT_READ mapping fails, so an HSA
+//   import needs PROT_READ|PROT_WRITE.
+// * It must be MAP_SHARED. MAP_POPULATE and mlock fault pages in with write intent, which breaks
+//   copy-on-write on a private writable mapping and copies the whole file into anonymous memory
+//   (+1024 MiB RssAnon for a 1 GiB file). A shared mapping keeps every page in the page cache.
+// * A writable shared mapping of a user's model file is a loaded gun: one stray store corrupts
+//   the file on disk. So it is used only when needed and dropped to PROT_READ after importing
+//   wherever the importers allow it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightmap/executor.hpp"
+#include "weightmap/importer.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm {
+
+/// The only two ways libweightmap maps a weight file. Both are MAP_SHARED; there is no way to ask
+/// for a private writable mapping.
+enum class MappingAccess {
+    read_only, ///< O_RDONLY, PROT_READ, MAP_SHARED (the default)
+    writable,  ///< O_RDWR, PROT_READ|PROT_WRITE, MAP_SHARED (only when an importer needs it)
+};
+const char* to_string(MappingAccess access) noexcept;
+
+/// The once-per-model decision and why.
+struct MappingDecision {
+    MappingAccess access = MappingAccess::read_only;
+    /// One line: which importer asked for writable pages and whether every file allowed it.
+    std::string reason;
+    /// Set when an importer needed a writable mapping but this file could not be opened O_RDWR;
+    /// the regions of such importers fall back with "weight file not writable: PATH".
+    std::string unwritable_path;
+};
+
+/// Decides the mapping of a model of `paths` (all shards: the rule is all-or-nothing) for
+/// `importers`. Writable only when at least one available, non-CPU importer has
+/// caps().needs_writable_mapping and every file can be opened O_RDWR (probed with open(2), which
+/// — unlike access(W_OK) for root — also sees read-only mounts). An empty `importers` means the
+/// registry's defaults (upstream's first version only walked the explicit list and so never saw
+/// the capability). Never fails: an unreadable file is the mapping's error, not the decision's.
+MappingDecision decide_mapping(std::span<const std::string> paths,
+                               std::span<Importer* const> importers);
+
+enum class AccessHint { normal, random, sequential };
+
+struct MappingOptions {
+    bool populate = false;  ///< MAP_POPULATE: fault every page in while mapping
+    bool will_need = false; ///< madvise(MADV_WILLNEED): start read-ahead, do not wait
+    bool lock = false;      ///< mlock the whole mapping (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)
+    AccessHint hint = AccessHint::normal; ///< madvise MADV_RANDOM / MADV_SEQUENTIAL
+    /// Base address alignment of each mapping, a power of two >= the page size; 0: the page
+    /// size. Set it to the largest importer alignment when that exceeds the page, so an extent
+    /// aligned in file offsets is aligned in memory too.
+    std::uint64_t base_alignment = 0;
+};
+
+/// The mappings of one model's files. Owns them: destruction unlocks and unmaps in reverse
+/// order. Move-only. Not thread-safe to mutate (make_read_only) while another thread reads
+/// files(); reading the mapped bytes from any thread is fine.
+class MappedModel {
+public:
+    MappedModel();
+    MappedModel(MappedModel&&) noexcept;
+    MappedModel& operator=(MappedModel&&) noexcept;
+    ~MappedModel();
+
+    /// Maps every file in `paths` with `access`. Errors name the file and the system call:
+    /// missing file, a directory, an empty file, permission denied, mmap/mlock failure. If file
+    /// k fails, files 0..k-1 are unmapped before returning.
+    static Result<MappedModel> open(std::span<const std::string> paths, MappingAccess access,
+                                    const MappingOptions& options = {});
+
+    /// One entry per path, in order: base and mapped length (file size rounded up to pages).
+    std::span<const MappedFile> files() const noexcept;
+    /// Real file sizes, parallel to files().
+    std::span<const std::uint64_t> file_sizes() const noexcept;
+    const std::vector<std::string>& paths() const noexcept;
+    MappingAccess access() const noexcept;
+    /// True once make_read_only() succeeded (or the mapping was read-only from the start).
+    bool is_read_only() const noexcept;
+
+    /// Drops a writable mapping to PROT_READ (mprotect) so a stray store faults instead of
+    /// corrupting the file. Call it only when every importer that imported from the mapping
+    /// declares survives_read_only_reprotect. Idempotent; on failure the mapping stays writable
+    /// and the error names the file.
+    Status make_read_only();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace wm
