@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: MIT
+// The registry's default Vulkan importer: its own loader (dlopen), instance and device.
+//
+// Engines hand make_vulkan_importer() their own device; this variant is for wm-load, the tests
+// and the conformance run, which have no engine. It never links the loader, so a machine
+// without libvulkan.so.1 still runs the library (the importer just says why it is unavailable).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+#include "internal/backend_factories.hpp"
+#include "vk_result.hpp"
+#include "vulkan_importer.hpp"
+
+namespace wm {
+namespace {
+
+constexpr const char* loader_name = "libvulkan.so.1";
+
+// What the default importer owns, destroyed after the importer freed everything it made.
+class OwnedDevice final : public vk::OwnedVulkan {
+public:
+    ~OwnedDevice() override {
+        if (device != VK_NULL_HANDLE && destroy_device != nullptr) destroy_device(device, nullptr);
+        if (instance != VK_NULL_HANDLE && destroy_instance != nullptr)
+            destroy_instance(instance, nullptr);
+        if (loader != nullptr) dlclose(loader);
+    }
+    void* loader = nullptr;
+    VkInstance instance = VK_NULL_HANDLE;
+    VkDevice device = VK_NULL_HANDLE;
+    PFN_vkDestroyInstance destroy_instance = nullptr;
+    PFN_vkDestroyDevice destroy_device = nullptr;
+};
+
+std::unique_ptr<Importer> unavailable(std::string reason) {
+    return std::make_unique<vk::VulkanImporter>(std::move(reason));
+}
+
+template <class Fn>
+Fn instance_fn(PFN_vkGetInstanceProcAddr gipa, VkInstance instance, const char* name) {
+    return reinterpret_cast<Fn>(gipa(instance, name));
+}
+
+} // namespace
+
+std::unique_ptr<Importer> create_default_vulkan_importer() {
+    auto owned = std::make_unique<OwnedDevice>();
+    // RTLD_LOCAL: the engine may load its own Vulkan loader too; ours must not interpose on it.
+    owned->loader = dlopen(loader_name, RTLD_NOW | RTLD_LOCAL);
+    if (owned->loader == nullptr) {
+        const char* why = dlerror();
+        return unavailable(fmt::format("cannot load the Vulkan loader {}: {} (Debian: libvulkan1)",
+                                       loader_name, why != nullptr ? why : "unknown error"));
+    }
+    auto gipa =
+        reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(owned->loader, "vkGetInstanceProcAddr"));
+    if (gipa == nullptr)
+        return unavailable(fmt::format("{} has no vkGetInstanceProcAddr", loader_name));
+
+    auto enumerate_version = instance_fn<PFN_vkEnumerateInstanceVersion>(
+        gipa, VK_NULL_HANDLE, "vkEnumerateInstanceVersion");
+    std::uint32_t loader_version = VK_API_VERSION_1_0;
+    if (enumerate_version != nullptr && enumerate_version(&loader_version) != VK_SUCCESS)
+        loader_version = VK_API_VERSION_1_0;
+    if (loader_version < VK_API_VERSION_1_1)
+        return unavailable(fmt::format(
+            "the Vulkan loader supports {}.{} only; the importer needs 1.1",
+            VK_API_VERSION_MAJOR(loader_version), VK_API_VERSION_MINOR(loader_version)));
+
+    auto create_instance =
+        instance_fn<PFN_vkCreateInstance>(gipa, VK_NULL_HANDLE, "vkCreateInstance");
+    if (create_instance == nullptr)
+        return unavailable("vkGetInstanceProcAddr returned null for vkCreateInstance");
+    VkApplicationInfo app{};
+    app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+    app.pApplicationName = "libweightmap";
+    app.pEngineName = "libweightmap";
+    // A 1.1+ loader accepts a newer apiVersion than a device has; 1.3 lets us chain the
+    // maintenance4 and driver-properties structures where the device has them.
+    app.apiVersion = VK_API_VERSION_1_3;
+    VkInstanceCreateInfo instance_info{};
+    instance_info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+    instance_info.pApplicationInfo = &app;
+    if (VkResult r = create_instance(&instance_info, nullptr, &owned->instance); r != VK_SUCCESS) {
+        owned->instance = VK_NULL_HANDLE;
+        return unavailable(fmt::format("vkCreateInstance failed: {}", vk::result_name(r)));
+    }
+    VkInstance instance = owned->instance;
+    owned->destroy_instance =
+        instance_fn<PFN_vkDestroyInstance>(gipa, instance, "vkDestroyInstance");
+    auto enumerate_devices =
+        instance_fn<PFN_vkEnumeratePhysicalDevices>(gipa, instance, "vkEnumeratePhysicalDevices");
+    auto get_properties = instance_fn<PFN_vkGetPhysicalDeviceProperties>(
+        gipa, instance, "vkGetPhysicalDeviceProperties");
+    auto enumerate_extensions = instance_fn<PFN_vkEnumerateDeviceExtensionProperties>(
+        gipa, instance, "vkEnumerateDeviceExtensionProperties");
+    auto get_queue_families = instance_fn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>(
+        gipa, instance, "vkGetPhysicalDeviceQueueFamilyProperties");
+    auto create_device = instance_fn<PFN_vkCreateDevice>(gipa, instance, "vkCreateDevice");
+    auto get_device_proc_addr =
+        instance_fn<PFN_vkGetDeviceProcAddr>(gipa, instance, "vkGetDeviceProcAddr");
+    if (owned->destroy_instance == nullptr || enumerate_devices == nullptr ||
+        get_properties == nullptr || enumerate_extensions == nullptr ||
+        get_queue_families == nullptr || create_device == nullptr ||
+        get_device_proc_addr == nullptr)
+        return unavailable(
+            "vkGetInstanceProcAddr returned null for a Vulkan 1.0 instance function");
+
+    std::uint32_t count = 0;
+    VkResult r = enumerate_devices(instance, &count, nullptr);
+    std::vector<VkPhysicalDevice> devices(count);
+    if (r == VK_SUCCESS && count != 0) r = enumerate_devices(instance, &count, devices.data());
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return unavailable(
+            fmt::format("vkEnumeratePhysicalDevices failed: {}", vk::result_name(r)));
+    devices.resize(count);
+    if (devices.empty())
+        return unavailable("no Vulkan physical device (the loader found no driver; Debian's "
+                           "mesa-vulkan-drivers provides lavapipe)");
+
+    // The first device, in the loader's order, with the extension, Vulkan 1.1 and a queue.
+    std::string refusals;
+    VkPhysicalDevice chosen = VK_NULL_HANDLE;
+    std::uint32_t queue_family = VK_QUEUE_FAMILY_IGNORED;
+    for (VkPhysicalDevice candidate : devices) {
+        VkPhysicalDeviceProperties properties{};
+        get_properties(candidate, &properties);
+        std::string why;
+        std::uint32_t n = 0;
+        std::vector<VkExtensionProperties> extensions;
+        if (enumerate_extensions(candidate, nullptr, &n, nullptr) == VK_SUCCESS) {
+            extensions.resize(n);
+            if (enumerate_extensions(candidate, nullptr, &n, extensions.data()) != VK_SUCCESS)
+                n = 0;
+            extensions.resize(n);
+        }
+        bool has_extension = false;
+        for (const VkExtensionProperties& e : extensions)
+            has_extension |=
+                std::strcmp(e.extensionName, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) == 0;
+        std::uint32_t families = 0;
+        get_queue_families(candidate, &families, nullptr);
+        std::vector<VkQueueFamilyProperties> family_properties(families);
+        get_queue_families(candidate, &families, family_properties.data());
+        std::uint32_t family = VK_QUEUE_FAMILY_IGNORED;
+        for (std::uint32_t i = 0; i < families && family == VK_QUEUE_FAMILY_IGNORED; ++i)
+            if (family_properties[i].queueCount > 0 &&
+                (family_properties[i].queueFlags &
+                 (VK_QUEUE_TRANSFER_BIT | VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)) != 0)
+                family = i;
+        if (properties.apiVersion < VK_API_VERSION_1_1)
+            why = "Vulkan 1.0 only";
+        else if (!has_extension)
+            why = fmt::format("no {}", VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+        else if (family == VK_QUEUE_FAMILY_IGNORED)
+            why = "no queue family";
+        if (why.empty()) {
+            chosen = candidate;
+            queue_family = family;
+            break;
+        }
+        refusals +=
+            fmt::format("{}'{}': {}", refusals.empty() ? "" : "; ", properties.deviceName, why);
+    }
+    if (chosen == VK_NULL_HANDLE)
+        return unavailable(fmt::format("no Vulkan device can import host memory ({})", refusals));
+
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue_info{};
+    queue_info.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+    queue_info.queueFamilyIndex = queue_family;
+    queue_info.queueCount = 1;
+    queue_info.pQueuePriorities = &priority;
+    const char* extension = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+    VkDeviceCreateInfo device_info{};
+    device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    device_info.queueCreateInfoCount = 1;
+    device_info.pQueueCreateInfos = &queue_info;
+    device_info.enabledExtensionCount = 1;
+    device_info.ppEnabledExtensionNames = &extension;
+    if (r = create_device(chosen, &device_info, nullptr, &owned->device); r != VK_SUCCESS) {
+        owned->device = VK_NULL_HANDLE;
+        return unavailable(fmt::format("vkCreateDevice with {} failed: {}",
+                                       VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME,
+                                       vk::result_name(r)));
+    }
+    owned->destroy_device = reinterpret_cast<PFN_vkDestroyDevice>(
+        get_device_proc_addr(owned->device, "vkDestroyDevice"));
+    auto get_queue = reinterpret_cast<PFN_vkGetDeviceQueue>(
+        get_device_proc_addr(owned->device, "vkGetDeviceQueue"));
+    if (owned->destroy_device == nullptr || get_queue == nullptr)
+        return unavailable(
+            "vkGetDeviceProcAddr returned null for vkDestroyDevice or vkGetDeviceQueue");
+
+    VulkanImporterParams params;
+    params.instance = instance;
+    params.physical_device = chosen;
+    params.device = owned->device;
+    params.get_instance_proc_addr = gipa;
+    params.get_device_proc_addr = get_device_proc_addr;
+    params.external_memory_host_enabled = true;
+    params.queue_family_index = queue_family;
+    get_queue(owned->device, queue_family, 0, &params.queue);
+    // Transfer source, so read_back() copies straight from the import; no storage usage, so the
+    // largest import is maxMemoryAllocationSize rather than maxStorageBufferRange.
+    params.buffer_usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+    return std::make_unique<vk::VulkanImporter>(params, std::move(owned));
+}
+
+} // namespace wm
