@@ -1,9 +1,19 @@
 // SPDX-License-Identifier: MIT
+// The planner: tensors in, plan out. docs/planner.md describes the algorithm and its measurements;
+// the comments here say why a step is the way it is.
+//
+// Everything works on index ranges of one array: every tensor sorted by (target, file, offset), so
+// a region is a slice of it and a run a sub-slice. Statistics of any slice are O(1) (prefix sums
+// of sizes, sorted offsets and ends; O(log n) from a segment tree only when tensors nest), which
+// keeps every pass linear or n log n whatever the layout. Per-tensor vectors are built once, at
+// the end.
 #include "weightmap/planner.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string_view>
 #include <unistd.h>
@@ -11,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/import_switch.hpp"
 
 namespace wm {
 
@@ -47,220 +58,801 @@ std::uint64_t host_page_size() noexcept {
 
 namespace {
 
+constexpr std::uint32_t none = no_index;
+constexpr std::uint64_t no_lane = UINT64_MAX; // the CPU: passthrough shares pages freely
+
 std::string describe_gate_failure(std::uint64_t first, std::uint64_t last, std::uint64_t ctx) {
     return fmt::format("span {} bytes [{:#x}, {:#x}) holds {} bytes of its own tensors; "
                        "gate limit {} (ctx + ctx/8 + 1 MiB)",
                        last - first, first, last, ctx, tightness_limit(ctx));
 }
 
-// A candidate import while runs are being formed: tensors [begin, end) of the region's sorted
-// tensor list.
-struct Piece {
-    std::size_t begin = 0, end = 0;
-    std::uint64_t first = 0, last = 0, ctx = 0;
+// Highest value over [begin, end) of a fixed array, O(log n) per query (bottom-up segment tree).
+class RangeMax {
+public:
+    explicit RangeMax(const std::vector<std::uint64_t>& leaves)
+        : n_(leaves.size()), tree_(2 * n_) {
+        std::copy(leaves.begin(), leaves.end(), tree_.begin() + static_cast<std::ptrdiff_t>(n_));
+        for (std::size_t i = n_; i-- > 1;) tree_[i] = std::max(tree_[2 * i], tree_[2 * i + 1]);
+    }
+    std::uint64_t max(std::size_t begin, std::size_t end) const {
+        assert(begin < end && end <= n_);
+        std::uint64_t best = 0;
+        for (begin += n_, end += n_; begin < end; begin >>= 1, end >>= 1) {
+            if (begin & 1) best = std::max(best, tree_[begin++]);
+            if (end & 1) best = std::max(best, tree_[--end]);
+        }
+        return best;
+    }
+
+private:
+    std::size_t n_;
+    std::vector<std::uint64_t> tree_;
 };
 
-struct RegionBuilder {
-    const ModelDesc& model;
-    const PlanOptions& options;
-    std::uint64_t page;
-    std::uint64_t align;        // max(page, importer alignment)
-    std::uint64_t mapped_len;   // file size rounded up to whole pages
-    std::uint64_t max_import;   // 0: unlimited
-    PlanRegion& region;
-    std::vector<TensorPlacement>& placements;
+// One (target, file) group of the sorted array.
+struct Group {
+    std::uint32_t begin, end, target, file;
+};
 
-    const TensorDesc& tensor_at(std::size_t i) const { return model.tensors[region.tensors[i]]; }
-    std::uint64_t aligned_start(std::size_t i) const { return align_down(tensor_at(i).offset, align); }
-    std::uint64_t aligned_end(std::size_t i) const {
-        const TensorDesc& t = tensor_at(i);
-        return align_up_saturating(t.offset + t.size, align);
+// Tensors [b, e) of the sorted array.
+struct Span {
+    std::uint32_t b = 0, e = 0;
+    bool empty() const { return b >= e; }
+};
+
+// The planner's working state for one region.
+struct RegionWork {
+    std::uint32_t begin = 0, end = 0; // slice of the sorted array
+    std::uint64_t align = 0;          // max(page, importer alignment)
+    std::uint64_t mapped_len = 0;     // file size rounded up to whole pages
+    std::uint64_t max_import = 0;     // 0: unlimited
+    std::uint64_t lane = no_lane;     // (importer, file) group for shared pages
+    std::vector<Span> runs;           // sorted, disjoint once planned
+    // What happened, for the region's reason.
+    std::uint32_t clusters = 0;            // page-disjoint clusters (mode runs, region not tight)
+    std::uint32_t threshold_merges = 0;    // merges across gaps below merge_gap
+    std::uint32_t gate_kept_open = 0;      // gaps below merge_gap left open for the gate
+    std::uint32_t limit_cuts = 0;          // extra imports made by the size limit
+    std::uint32_t budget_merges = 0;
+    std::uint32_t budget_dropped_runs = 0;
+    std::uint32_t budget_needed = 0;       // importable runs before the budget left some out
+    std::uint64_t refused_tensors = 0;     // tensors that fall back alone, any reason
+    std::uint64_t refused_bytes = 0;
+    std::uint64_t shared_dropped_tensors = 0; // of those, left out for a shared page
+    std::uint64_t shared_dropped_bytes = 0;
+    std::uint32_t first_refused = none;    // sorted index of the first tensor that fell back
+    bool whole_fallback = false;           // decided before any run was formed
+    std::string base_reason;
+};
+
+class Planner {
+public:
+    Planner(const ModelDesc& model, const PlanOptions& options, std::uint64_t page)
+        : model_(model), options_(options), page_(page),
+          budget_(std::max<std::uint32_t>(options.max_imports_per_region, 1)),
+          runs_mode_(options.mode == PlanMode::runs) {}
+
+    Plan run(bool enabled, const std::string& disabled_reason);
+
+private:
+    const ModelDesc& model_;
+    const PlanOptions& options_;
+    const std::uint64_t page_;
+    const std::size_t budget_;
+    const bool runs_mode_;
+    Plan plan_;
+    std::vector<RegionWork> work_;
+
+    // The sorted array: position k holds ModelDesc tensor order_[k].
+    std::vector<std::uint32_t> order_;
+    std::vector<std::uint64_t> offset_;       // ascending within each region
+    std::vector<std::uint64_t> prefix_;       // prefix_[k]: sum of the sizes before position k
+    std::vector<std::uint64_t> end_;          // offset + size
+    std::vector<std::uint8_t> cluster_start_; // 1 where a page-disjoint cluster begins
+    std::vector<Group> groups_;
+    // Only when some tensor ends before an earlier one of its region (nested or zero-size
+    // tensors); otherwise ends ascend with offsets and a slice's last end is its last tensor's.
+    std::unique_ptr<RangeMax> nested_ends_;
+
+    // --- slice statistics: O(1), or O(log n) for nested tensors -------------------------------
+    std::uint64_t size_at(std::uint32_t k) const { return end_[k] - offset_[k]; }
+    std::uint64_t ctx(Span s) const { return prefix_[s.e] - prefix_[s.b]; }
+    std::uint64_t first(Span s) const { return offset_[s.b]; }
+    std::uint64_t last(Span s) const {
+        return nested_ends_ ? nested_ends_->max(s.b, s.e) : end_[s.e - 1];
+    }
+    std::uint64_t start(const RegionWork& w, Span s) const { return align_down(first(s), w.align); }
+    std::uint64_t stop(const RegionWork& w, Span s) const {
+        return align_up_saturating(last(s), w.align);
+    }
+    std::uint64_t extent(const RegionWork& w, Span s) const { return stop(w, s) - start(w, s); }
+    bool tight(Span s) const { return passes_tightness_gate(first(s), last(s), ctx(s)); }
+    // A run worth importing: holds bytes, and in mode runs passes the gate on its own.
+    bool importable(Span s) const { return !s.empty() && ctx(s) > 0 && (!runs_mode_ || tight(s)); }
+
+    std::string file_name(std::uint32_t region) const {
+        const std::uint32_t file = plan_.regions[region].file;
+        return model_.files[file].path.empty() ? fmt::format("#{}", file) : model_.files[file].path;
+    }
+    const TargetDesc& target_of(std::uint32_t region) const {
+        return model_.targets[plan_.regions[region].target];
+    }
+    static const std::string& importer_key(const TargetDesc& target) {
+        return target.importer_key.empty() ? target.name : target.importer_key;
     }
 
-    Piece piece(std::size_t begin, std::size_t end) const {
-        Piece p{begin, end, UINT64_MAX, 0, 0};
-        for (std::size_t i = begin; i < end; ++i) {
-            const TensorDesc& t = tensor_at(i);
-            p.first = std::min(p.first, t.offset);
-            p.last = std::max(p.last, t.offset + t.size);
-            p.ctx = sat_add(p.ctx, t.size);
+    // Tensors of `s` fall back, each with `reason`.
+    void refuse(std::uint32_t region, Span s, const std::string& reason) {
+        if (s.empty()) return;
+        RegionWork& w = work_[region];
+        for (std::uint32_t k = s.b; k < s.e; ++k) {
+            TensorPlacement& place = plan_.tensors[order_[k]];
+            place.run = no_index;
+            place.reason = reason;
         }
-        return p;
+        w.refused_tensors += s.e - s.b;
+        w.refused_bytes += ctx(s);
+        if (w.first_refused == none || s.b < w.first_refused) w.first_refused = s.b;
     }
 
-    void fallback_tensor(std::size_t i, std::string reason) {
-        TensorPlacement& place = placements[region.tensors[i]];
-        place.run = no_index;
-        place.reason = std::move(reason);
+    void sort_tensors();
+    void mark_clusters(const RegionWork& w);
+    void plan_device_region(std::uint32_t region);
+    std::uint32_t refuse_unmappable_tail(std::uint32_t region, std::uint32_t end);
+    void append_clusters(Span span, std::vector<Span>& out) const;
+    std::vector<Span> split_to_limit(std::uint32_t region, const std::vector<Span>& pieces);
+    std::vector<Span> merge_runs(std::uint32_t region, const std::vector<Span>& units,
+                                 std::uint64_t threshold);
+    void separate_shared_pages();
+    struct RunRef {
+        std::uint64_t lane, start;
+        std::uint32_t region, run;
+    };
+    void separate_lane(const RunRef* refs, std::size_t count);
+    void finish_region(std::uint32_t region);
+};
+
+// Orders tensors by (target, file, offset). Engines hand tensors over in file order, so a
+// stable counting sort by (target, file) leaves every group sorted already and the whole step
+// is O(n); a group that is not (or a target x file space too large to count over) is sorted by
+// comparison. A plain comparison sort of 1M tensors took most of the planning time.
+void Planner::sort_tensors() {
+    const std::size_t n = model_.tensors.size();
+    const std::uint64_t files = model_.files.size(), targets = model_.targets.size();
+    order_.resize(n);
+    auto group_key = [&](const TensorDesc& t) { return std::uint64_t{t.target} * files + t.file; };
+    if (targets * files <= 2 * n + 1024 && targets * files < UINT32_MAX) {
+        // One pass over the (large) TensorDesc array; the second reads the compact keys.
+        std::vector<std::uint32_t> key(n), start(targets * files + 1, 0);
+        for (std::uint32_t i = 0; i < n; ++i) {
+            key[i] = static_cast<std::uint32_t>(group_key(model_.tensors[i]));
+            ++start[key[i] + 1];
+        }
+        for (std::size_t g = 1; g < start.size(); ++g) start[g] += start[g - 1];
+        for (std::size_t g = 0; g + 1 < start.size(); ++g)
+            if (start[g] != start[g + 1])
+                groups_.push_back({start[g], start[g + 1], static_cast<std::uint32_t>(g / files),
+                                   static_cast<std::uint32_t>(g % files)});
+        for (std::uint32_t i = 0; i < n; ++i) order_[start[key[i]]++] = i;
+    } else {
+        std::iota(order_.begin(), order_.end(), 0u);
+        std::sort(order_.begin(), order_.end(), [&](std::uint32_t a, std::uint32_t b) {
+            const TensorDesc& x = model_.tensors[a];
+            const TensorDesc& y = model_.tensors[b];
+            if (x.target != y.target) return x.target < y.target;
+            if (x.file != y.file) return x.file < y.file;
+            return x.offset != y.offset ? x.offset < y.offset : a < b;
+        });
+        for (std::uint32_t k = 0; k < n;) {
+            const TensorDesc& head = model_.tensors[order_[k]];
+            std::uint32_t j = k + 1;
+            while (j < n && model_.tensors[order_[j]].target == head.target &&
+                   model_.tensors[order_[j]].file == head.file)
+                ++j;
+            groups_.push_back({k, j, head.target, head.file});
+            k = j;
+        }
+    }
+    offset_.resize(n);
+    end_.resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const TensorDesc& t = model_.tensors[order_[k]];
+        offset_[k] = t.offset;
+        end_[k] = t.offset + t.size; // validate(): cannot wrap
+    }
+    bool nested = false;
+    for (const Group& g : groups_) {
+        bool sorted = true;
+        for (std::uint32_t k = g.begin + 1; k < g.end && sorted; ++k)
+            sorted = offset_[k - 1] <= offset_[k];
+        if (!sorted) {
+            struct Entry {
+                std::uint64_t offset;
+                std::uint32_t index;
+            };
+            std::vector<Entry> entries(g.end - g.begin);
+            for (std::uint32_t k = g.begin; k < g.end; ++k)
+                entries[k - g.begin] = {offset_[k], order_[k]};
+            // Ties by index: the plan must not depend on the order tensors came in.
+            std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+                return a.offset != b.offset ? a.offset < b.offset : a.index < b.index;
+            });
+            for (std::uint32_t k = g.begin; k < g.end; ++k) {
+                const Entry& e = entries[k - g.begin];
+                order_[k] = e.index;
+                offset_[k] = e.offset;
+                end_[k] = e.offset + model_.tensors[e.index].size;
+            }
+        } else {
+            // Equal offsets keep input order from the stable counting sort; put them in index
+            // order so the plan does not depend on the input order.
+            for (std::uint32_t k = g.begin + 1; k < g.end; ++k) {
+                if (offset_[k - 1] != offset_[k] || order_[k - 1] < order_[k]) continue;
+                std::uint32_t b = k - 1, e = k + 1;
+                while (b > g.begin && offset_[b - 1] == offset_[k]) --b;
+                while (e < g.end && offset_[e] == offset_[k]) ++e;
+                std::sort(order_.begin() + b, order_.begin() + e);
+                for (std::uint32_t q = b; q < e; ++q)
+                    end_[q] = offset_[q] + model_.tensors[order_[q]].size;
+                k = e - 1;
+            }
+        }
+        for (std::uint32_t k = g.begin + 1; k < g.end && !nested; ++k)
+            nested = end_[k] < end_[k - 1];
+    }
+    if (nested) nested_ends_ = std::make_unique<RangeMax>(end_);
+    prefix_.resize(n + 1);
+    prefix_[0] = 0;
+    for (std::size_t k = 0; k < n; ++k) prefix_[k + 1] = prefix_[k] + (end_[k] - offset_[k]);
+    cluster_start_.assign(n, 0);
+}
+
+// A cluster is a maximal run of tensors whose aligned extents overlap: they share a page (or an
+// importer-alignment block), so two imports may only cut between clusters. Touching extents do
+// not overlap, so they start a new cluster.
+void Planner::mark_clusters(const RegionWork& w) {
+    std::uint64_t reach = 0;
+    for (std::uint32_t k = w.begin; k < w.end; ++k) {
+        cluster_start_[k] = k == w.begin || align_down(offset_[k], w.align) >= reach;
+        reach = std::max(reach, align_up_saturating(end_[k], w.align));
+    }
+}
+
+// Mode runs: the last cluster of a file can need an extent past the mapped length (importer
+// alignment above the page size); it alone falls back instead of the whole region.
+std::uint32_t Planner::refuse_unmappable_tail(std::uint32_t region, std::uint32_t end) {
+    const RegionWork& w = work_[region];
+    Span tail{end - 1, end};
+    while (!cluster_start_[tail.b]) --tail.b; // w.begin always starts a cluster
+    if (stop(w, tail) <= w.mapped_len) return end;
+    refuse(region, tail,
+           fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} of file "
+                       "{} (importer alignment {} > page size {})",
+                       start(w, tail), stop(w, tail), w.mapped_len, file_name(region), w.align,
+                       page_));
+    return tail.b;
+}
+
+// The clusters of `span`, in order (a span that starts inside a cluster starts a unit there).
+void Planner::append_clusters(Span span, std::vector<Span>& out) const {
+    std::uint32_t begin = span.b;
+    for (std::uint32_t k = span.b + 1; k < span.e; ++k) {
+        if (!cluster_start_[k]) continue;
+        out.push_back({begin, k});
+        begin = k;
+    }
+    out.push_back({begin, span.e});
+}
+
+// Splits every piece whose extent passes the importer's limit at tensor boundaries, each tensor
+// wholly inside one import. A cut between clusters costs nothing; a cut inside a cluster makes
+// two imports share a page, which separate_shared_pages() then resolves by leaving the cheaper
+// side out. So among the cuts that keep the piece at least half the limit (at most twice the
+// minimum number of imports), the cheapest is taken, the farthest on ties.
+std::vector<Span> Planner::split_to_limit(std::uint32_t region, const std::vector<Span>& pieces) {
+    RegionWork& w = work_[region];
+    const std::uint64_t limit = w.max_import;
+    std::vector<Span> out;
+    out.reserve(pieces.size());
+    auto cut_cost = [&](std::uint32_t c) -> std::uint64_t {
+        return cluster_start_[c] ? 0 : std::min(size_at(c - 1), size_at(c));
+    };
+    for (Span p : pieces) {
+        if (limit == 0 || extent(w, p) <= limit) {
+            out.push_back(p);
+            continue;
+        }
+        std::uint32_t i = p.b;
+        while (i < p.e) {
+            const std::uint64_t base = align_down(offset_[i], w.align);
+            std::uint64_t reach = align_up_saturating(end_[i], w.align);
+            if (reach - base > limit) {
+                refuse(region, {i, i + 1},
+                       fmt::format("needs an import of {} bytes for its {} bytes, over the "
+                                   "importer's maximum import size {}",
+                                   reach - base, size_at(i), limit));
+                ++i;
+                continue;
+            }
+            std::uint32_t k = i + 1;
+            while (k < p.e) {
+                const std::uint64_t next = std::max(reach, align_up_saturating(end_[k], w.align));
+                if (next - base > limit) break;
+                reach = next;
+                ++k;
+            }
+            if (k == p.e) {
+                out.push_back({i, k});
+                break;
+            }
+            std::uint32_t best = k;
+            std::uint64_t best_cost = cut_cost(k);
+            reach = align_up_saturating(end_[i], w.align);
+            for (std::uint32_t c = i + 1; c < k; ++c) {
+                if (reach - base >= limit / 2) {
+                    const std::uint64_t cost = cut_cost(c);
+                    if (cost < best_cost || (cost == best_cost && best < c)) {
+                        best = c;
+                        best_cost = cost;
+                    }
+                }
+                reach = std::max(reach, align_up_saturating(end_[c], w.align));
+            }
+            out.push_back({i, best});
+            ++w.limit_cuts;
+            i = best;
+        }
+    }
+    return out;
+}
+
+// Merges units (clusters, or pieces cut by the size limit) into runs across gaps in ascending
+// order, Kruskal-style: every gap below `threshold` (or touching) is merged when the merged run
+// passes the gate (mode runs) and stays within the size limit, smallest first, so a chain of
+// small gaps that would add up past the gate is merged as far as the gate allows and no
+// further. Then, while there are more importable runs than the budget, the same order goes on
+// across wider gaps. Pinned bytes are the units' extents plus the gaps merged over, so for a
+// fixed number of imports, merging the smallest gaps is the minimum whenever the gate and the
+// limit allow those merges (tests/test_planner_runs.cpp checks it against brute force). Runs
+// that still cannot be imported fall back; if more runs remain than the budget, those with the
+// fewest tensor bytes fall back too. O(m log m) for m units.
+std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Span>& units,
+                                      std::uint64_t threshold) {
+    RegionWork& w = work_[region];
+    const std::size_t m = units.size();
+    if (m == 0) return {};
+    std::vector<std::uint64_t> gap(m - 1);
+    for (std::size_t j = 0; j + 1 < m; ++j) {
+        const std::uint64_t a = stop(w, units[j]), b = start(w, units[j + 1]);
+        gap[j] = b > a ? b - a : 0; // pieces cut inside a cluster overlap: never mergeable
+    }
+    std::vector<std::uint32_t> by_gap(m - 1);
+    std::iota(by_gap.begin(), by_gap.end(), 0u);
+    std::sort(by_gap.begin(), by_gap.end(), [&](std::uint32_t a, std::uint32_t b) {
+        return gap[a] != gap[b] ? gap[a] < gap[b] : a < b;
+    });
+    // Groups are contiguous: group_begin[last unit] and group_end[first unit] describe one.
+    std::vector<std::uint32_t> group_begin(m), group_end(m);
+    std::iota(group_begin.begin(), group_begin.end(), 0u);
+    std::iota(group_end.begin(), group_end.end(), 0u);
+    std::size_t importable_groups = 0;
+    for (Span u : units) importable_groups += importable(u);
+    for (std::uint32_t j : by_gap) {
+        const bool below_threshold = gap[j] == 0 || gap[j] < threshold;
+        if (!below_threshold && importable_groups <= budget_) break; // the rest are wider
+        const std::uint32_t lo = group_begin[j], hi = group_end[j + 1];
+        const Span left{units[lo].b, units[j].e}, right{units[j + 1].b, units[hi].e};
+        const Span merged{left.b, right.e};
+        if (w.max_import != 0 && extent(w, merged) > w.max_import) continue;
+        if (runs_mode_ && !tight(merged)) {
+            w.gate_kept_open += below_threshold;
+            continue;
+        }
+        importable_groups = importable_groups + importable(merged) - importable(left) -
+                            importable(right);
+        group_end[lo] = hi;
+        group_begin[hi] = lo;
+        ++(below_threshold ? w.threshold_merges : w.budget_merges);
     }
 
-    // Emits a run for piece p, or makes its tensors fall back when its extent would pass the
-    // mapped length or the importer's size limit.
-    void emit(const Piece& p, std::uint32_t region_index) {
-        std::uint64_t start = align_down(p.first, align);
-        std::uint64_t end = align_up_saturating(p.last, align);
-        std::string refusal;
-        if (end > mapped_len) {
-            refusal = fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} "
-                                  "of file {} (importer alignment {} > page size {})",
-                                  start, end, mapped_len, describe_file(), align, page);
-        } else if (max_import != 0 && end - start > max_import) {
-            refusal = fmt::format("tensor of {} bytes needs an import of {} bytes, over the "
-                                  "importer's maximum import size {}",
-                                  p.ctx, end - start, max_import);
+    std::vector<Span> runs;
+    runs.reserve(importable_groups);
+    for (std::uint32_t i = 0; i < m; i = group_end[i] + 1) {
+        const Span g{units[i].b, units[group_end[i]].e};
+        if (importable(g)) {
+            runs.push_back(g);
+        } else if (ctx(g) == 0) {
+            refuse(region, g, "holds no tensor bytes: nothing to import");
+        } else {
+            // Only a unit that no merge could make tight gets here: a cluster (or a part of one
+            // the size limit cut) whose tensors share pages, so it cannot be cut any further.
+            refuse(region, g,
+                   fmt::format("in a cluster of tensors that share pages, [{:#x}, {:#x}) spans {} "
+                               "bytes for {} bytes of tensors: it fails the gate on its own "
+                               "(limit {}) and cannot be cut without two imports sharing a page",
+                               first(g), last(g), last(g) - first(g), ctx(g),
+                               tightness_limit(ctx(g))));
         }
-        if (!refusal.empty()) {
-            for (std::size_t i = p.begin; i < p.end; ++i) fallback_tensor(i, refusal);
-            return;
+    }
+    if (runs.size() <= budget_) return runs;
+
+    std::vector<std::uint32_t> rank(runs.size());
+    std::iota(rank.begin(), rank.end(), 0u);
+    std::sort(rank.begin(), rank.end(), [&](std::uint32_t a, std::uint32_t b) {
+        const std::uint64_t ca = ctx(runs[a]), cb = ctx(runs[b]);
+        return ca != cb ? ca > cb : a < b;
+    });
+    std::vector<std::uint8_t> keep(runs.size(), 0);
+    for (std::size_t r = 0; r < budget_; ++r) keep[rank[r]] = 1;
+    std::vector<Span> kept;
+    kept.reserve(budget_);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+        if (keep[i]) {
+            kept.push_back(runs[i]);
+            continue;
         }
+        ++w.budget_dropped_runs;
+        refuse(region, runs[i],
+               fmt::format("left out by the import budget (max_imports_per_region = {}): its run "
+                           "of {} bytes is among the {} smallest of {}",
+                           budget_, ctx(runs[i]), runs.size() - budget_, runs.size()));
+    }
+    w.budget_needed = static_cast<std::uint32_t>(runs.size());
+    return kept;
+}
+
+void Planner::plan_device_region(std::uint32_t region) {
+    RegionWork& w = work_[region];
+    mark_clusters(w);
+    std::uint32_t end = w.end;
+    if (runs_mode_) end = refuse_unmappable_tail(region, end);
+    if (w.begin == end) return;
+    const Span usable{w.begin, end};
+    std::vector<Span> units;
+    std::uint64_t threshold = 0; // span and gate: merges only to fit the budget
+    if (options_.mode == PlanMode::span || plan_.regions[region].gate) {
+        // One import, as upstream, unless the size limit cuts it.
+        units = split_to_limit(region, {usable});
+        if (runs_mode_) {
+            // A part of a tight region can fail the gate on its own (its gaps, less of the
+            // region's slack): such a part is planned from its clusters like any other run.
+            std::vector<Span> parts;
+            for (Span u : units) {
+                if (tight(u)) parts.push_back(u);
+                else append_clusters(u, parts);
+            }
+            units = std::move(parts);
+            threshold = options_.merge_gap;
+        }
+    } else {
+        std::vector<Span> clusters;
+        append_clusters(usable, clusters);
+        w.clusters = static_cast<std::uint32_t>(clusters.size());
+        units = split_to_limit(region, clusters);
+        threshold = options_.merge_gap;
+    }
+    for (Span p : merge_runs(region, units, threshold)) {
+        if (stop(w, p) > w.mapped_len)
+            refuse(region, p,
+                   fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} "
+                               "of file {} (importer alignment {} > page size {})",
+                               start(w, p), stop(w, p), w.mapped_len, file_name(region), w.align,
+                               page_));
+        else
+            w.runs.push_back(p);
+    }
+}
+
+// Two imports through one importer must not share a page: for HSA, a page locked twice is
+// unlocked by the first release while the other import still uses it. Within a region, runs are
+// cut only between clusters, so they cannot share one, except where the size limit cut inside a
+// cluster (and merging back would pass the limit). Across regions (targets with one importer),
+// an import serves one target, so merging is impossible. Either way one side's boundary tensors
+// are left out: the side that loses fewer bytes, counting a run whose rest would no longer be
+// importable as lost whole.
+void Planner::separate_shared_pages() {
+    std::vector<RunRef> refs;
+    for (std::uint32_t r = 0; r < work_.size(); ++r) {
+        const RegionWork& w = work_[r];
+        if (w.lane == no_lane) continue;
+        for (std::uint32_t i = 0; i < w.runs.size(); ++i)
+            refs.push_back({w.lane, start(w, w.runs[i]), r, i});
+    }
+    std::sort(refs.begin(), refs.end(), [](const RunRef& a, const RunRef& b) {
+        if (a.lane != b.lane) return a.lane < b.lane;
+        if (a.start != b.start) return a.start < b.start;
+        if (a.region != b.region) return a.region < b.region;
+        return a.run < b.run;
+    });
+    for (std::size_t i = 0; i < refs.size();) {
+        std::size_t j = i + 1;
+        while (j < refs.size() && refs[j].lane == refs[i].lane) ++j;
+        if (j - i > 1) separate_lane(refs.data() + i, j - i);
+        i = j;
+    }
+    for (RegionWork& w : work_)
+        w.runs.erase(std::remove_if(w.runs.begin(), w.runs.end(), [](Span s) { return s.empty(); }),
+                     w.runs.end());
+}
+
+void Planner::separate_lane(const RunRef* refs, std::size_t count) {
+    std::vector<RunRef> kept; // disjoint, in file order; the last one reaches farthest
+    auto span_of = [&](const RunRef& ref) -> Span& { return work_[ref.region].runs[ref.run]; };
+    auto stop_of = [&](const RunRef& ref) { return stop(work_[ref.region], span_of(ref)); };
+    for (std::size_t n = 0; n < count; ++n) {
+        const RunRef& b = refs[n];
+        const RegionWork& wb = work_[b.region];
+        Span& B = span_of(b);
+        const std::uint64_t b_start = start(wb, B);
+        if (kept.empty() || stop_of(kept.back()) <= b_start) {
+            kept.push_back(b);
+            continue;
+        }
+        // B overlaps the last kept import, and maybe more before it; only "one or more" matters
+        // (counting them all would make interleaved spans quadratic).
+        const bool overlaps_one =
+            kept.size() < 2 || stop_of(kept[kept.size() - 2]) <= b_start;
+        const RunRef a = kept.back();
+        const RegionWork& wa = work_[a.region];
+        Span& A = span_of(a);
+        const std::uint64_t a_start = start(wa, A), a_stop = stop(wa, A);
+
+        // Leave out B's leading tensors: those whose aligned start lies below A's end.
+        const std::uint64_t bound = align_up_saturating(a_stop, wb.align);
+        const auto q = static_cast<std::uint32_t>(
+            std::lower_bound(offset_.begin() + B.b, offset_.begin() + B.e, bound) -
+            offset_.begin());
+        const Span b_drop{B.b, q}, b_rest{q, B.e};
+        const bool b_ok = importable(b_rest);
+        const std::uint64_t b_loss = b_ok ? ctx(b_drop) : ctx(B);
+
+        // Or A's trailing tensors, when A is the only import B overlaps: keep A's longest prefix
+        // whose aligned end stays at or below B's start.
+        bool use_a = false;
+        Span a_drop{A.e, A.e}, a_rest = A;
+        bool a_ok = false;
+        std::uint64_t a_loss = UINT64_MAX;
+        if (overlaps_one) {
+            const std::uint64_t limit_end = align_down(b_start, wa.align);
+            std::uint32_t lo = A.b, hi = A.e; // prefix [A.b, lo) fits, [A.b, hi) does not
+            while (hi - lo > 1) {
+                const std::uint32_t mid = lo + (hi - lo) / 2;
+                if (last({A.b, mid}) <= limit_end) lo = mid;
+                else hi = mid;
+            }
+            a_rest = {A.b, lo};
+            a_drop = {lo, A.e};
+            a_ok = importable(a_rest);
+            a_loss = a_ok ? ctx(a_drop) : ctx(A);
+            use_a = a_loss < b_loss;
+        }
+
+        const bool same_region = a.region == b.region;
+        // Within a region only a size-limit cut makes two runs share a page (runs are otherwise
+        // cut between clusters), so merging them back is never possible.
+        assert(!same_region || wa.max_import != 0);
+        auto shared_reason = [&](std::uint32_t other_region, std::uint64_t other_start,
+                                 std::uint64_t other_stop, std::uint64_t this_loss,
+                                 std::uint64_t other_loss) {
+            const TargetDesc& other = target_of(other_region);
+            return fmt::format(
+                "shares a page with import [{:#x}, {:#x}) of target '{}' in file {} (importer "
+                "'{}'): left out so that no page is imported twice; {}{}",
+                other_start, other_stop, other.name, file_name(other_region), importer_key(other),
+                overlaps_one ? fmt::format("leaving out this side loses {} bytes, the other side "
+                                           "{}", this_loss, other_loss)
+                             : fmt::format("the other side is several imports, so this side is "
+                                           "left out ({} bytes)", this_loss),
+                same_region ? fmt::format("; both imports serve this region and merging them "
+                                          "would pass the importer's maximum import size {}",
+                                          work_[other_region].max_import)
+                            : std::string());
+        };
+        auto drop = [&](const RunRef& loser, Span& run, Span dropped, Span rest, bool rest_ok,
+                        const std::string& reason) {
+            RegionWork& wl = work_[loser.region];
+            refuse(loser.region, dropped, reason);
+            wl.shared_dropped_tensors += dropped.e - dropped.b;
+            wl.shared_dropped_bytes += ctx(dropped);
+            if (rest_ok) {
+                run = rest;
+                return;
+            }
+            if (!rest.empty())
+                refuse(loser.region, rest,
+                       fmt::format("its run lost the tensors that share a page with another "
+                                   "import of importer '{}', and the rest [{:#x}, {:#x}) with {} "
+                                   "bytes {}; the run falls back",
+                                   importer_key(target_of(loser.region)), first(rest), last(rest),
+                                   ctx(rest),
+                                   ctx(rest) == 0 ? "holds no tensor bytes"
+                                                  : fmt::format("no longer passes the gate "
+                                                                "(limit {})",
+                                                                tightness_limit(ctx(rest)))));
+            run = {run.e, run.e};
+        };
+        if (use_a) {
+            drop(a, A, a_drop, a_rest, a_ok,
+                 shared_reason(b.region, b_start, stop(wb, B), a_loss, b_loss));
+            if (A.empty()) kept.pop_back();
+            kept.push_back(b);
+        } else {
+            drop(b, B, b_drop, b_rest, b_ok, shared_reason(a.region, a_start, a_stop, b_loss, a_loss));
+            if (!B.empty()) kept.push_back(b);
+        }
+    }
+}
+
+void Planner::finish_region(std::uint32_t r) {
+    PlanRegion& region = plan_.regions[r];
+    RegionWork& w = work_[r];
+    region.tensors.assign(order_.begin() + w.begin, order_.begin() + w.end);
+    for (std::uint32_t k = w.begin; k < w.end; ++k) plan_.tensors[order_[k]].region = r;
+    region.runs.reserve(w.runs.size());
+    for (Span s : w.runs) {
         PlanRun run;
-        run.first = p.first;
-        run.last = p.last;
-        run.extent_offset = start;
-        run.extent_size = end - start;
-        auto run_index = static_cast<std::uint32_t>(region.runs.size());
-        for (std::size_t i = p.begin; i < p.end; ++i) {
-            std::uint32_t ti = region.tensors[i];
-            run.tensors.push_back(ti);
-            placements[ti] = TensorPlacement{region_index, run_index,
-                                             model.tensors[ti].offset - start, {}};
+        run.first = first(s);
+        run.last = last(s);
+        run.extent_offset = start(w, s);
+        run.extent_size = stop(w, s) - run.extent_offset;
+        run.ctx_bytes = ctx(s);
+        run.tensors.assign(order_.begin() + s.b, order_.begin() + s.e);
+        const auto index = static_cast<std::uint32_t>(region.runs.size());
+        for (std::uint32_t k = s.b; k < s.e; ++k) {
+            TensorPlacement& place = plan_.tensors[order_[k]];
+            place.run = index;
+            place.offset_in_run = offset_[k] - run.extent_offset;
+            place.reason.clear();
         }
         region.runs.push_back(std::move(run));
     }
+    region.decision = region.runs.empty() ? Decision::fallback : Decision::import;
+    if (w.whole_fallback) {
+        region.reason = std::move(w.base_reason);
+        return;
+    }
+    if (region.runs.empty()) {
+        region.reason = w.first_refused == none
+                            ? std::move(w.base_reason)
+                            : fmt::format("{}; nothing imported: {}", w.base_reason,
+                                          plan_.tensors[order_[w.first_refused]].reason);
+        return;
+    }
+    if (model_.targets[region.target].caps.is_cpu) {
+        region.reason = std::move(w.base_reason);
+        return;
+    }
+    std::string reason = fmt::format("{}; {} import{}", w.base_reason, region.runs.size(),
+                                     region.runs.size() == 1 ? "" : "s");
+    if (w.clusters != 0)
+        reason += fmt::format("; from {} page-disjoint clusters, {} merged across gaps < {} bytes",
+                              w.clusters, w.threshold_merges, options_.merge_gap);
+    if (w.gate_kept_open != 0)
+        reason += fmt::format("; {} gap(s) < {} bytes left open so that every run passes the gate",
+                              w.gate_kept_open, options_.merge_gap);
+    if (w.limit_cuts != 0)
+        reason += fmt::format("; {} cut(s) for the importer's maximum import size {}",
+                              w.limit_cuts, w.max_import);
+    if (w.budget_merges != 0)
+        reason += fmt::format("; {} merge(s) across the smallest gaps for max_imports_per_region "
+                              "= {}", w.budget_merges, budget_);
+    if (w.budget_dropped_runs != 0)
+        reason += fmt::format("; {} run(s) left out by that budget: {} runs remain after every "
+                              "merge that keeps them {}, and those with the fewest tensor bytes "
+                              "fall back",
+                              w.budget_dropped_runs, w.budget_needed,
+                              runs_mode_ ? "tight and within the size limit"
+                                         : "within the size limit");
+    if (w.shared_dropped_tensors != 0)
+        reason += fmt::format("; {} tensor(s) ({} bytes) left out where a page is shared with "
+                              "another import of importer '{}' (not merged: an import serves one "
+                              "target, and within a region only a size-limit cut shares a page)",
+                              w.shared_dropped_tensors, w.shared_dropped_bytes,
+                              importer_key(model_.targets[region.target]));
+    if (w.refused_tensors != 0)
+        reason += fmt::format("; {} tensor(s) ({} bytes) fall back in all, each with its reason",
+                              w.refused_tensors, w.refused_bytes);
+    region.reason = std::move(reason);
+}
 
-    std::string describe_file() const {
-        const FileDesc& f = model.files[region.file];
-        return f.path.empty() ? fmt::format("#{}", region.file) : f.path;
+Plan Planner::run(bool enabled, const std::string& disabled_reason) {
+    const std::size_t n = model_.tensors.size();
+    plan_.mode = options_.mode;
+    plan_.page_size = page_;
+    plan_.tensors.resize(n);
+    sort_tensors();
+
+    std::map<std::string_view, std::uint32_t> importer_ids;
+    for (const TargetDesc& t : model_.targets)
+        importer_ids.emplace(importer_key(t), static_cast<std::uint32_t>(importer_ids.size()));
+
+    plan_.regions.reserve(groups_.size());
+    work_.reserve(groups_.size());
+    for (const Group& g : groups_) {
+        const Span whole{g.begin, g.end};
+        PlanRegion region;
+        region.target = g.target;
+        region.file = g.file;
+        region.first = first(whole);
+        region.last = last(whole);
+        region.ctx_bytes = ctx(whole);
+        region.gate = passes_tightness_gate(region.first, region.last, region.ctx_bytes);
+        const TargetDesc& target = model_.targets[g.target];
+        RegionWork w;
+        w.begin = g.begin;
+        w.end = g.end;
+        w.align = target.caps.is_cpu ? page_ : std::max<std::uint64_t>(page_, target.caps.alignment);
+        w.mapped_len = align_up_saturating(model_.files[g.file].size, page_);
+        w.max_import = target.caps.is_cpu ? 0 : target.caps.max_import_size;
+        if (!target.caps.is_cpu)
+            w.lane = (std::uint64_t{importer_ids.at(importer_key(target))} << 32) | g.file;
+        plan_.regions.push_back(std::move(region));
+        work_.push_back(std::move(w));
     }
 
-    // Splits a piece whose extent is over the importer's limit at tensor boundaries, greedily;
-    // a tensor that alone is over the limit falls back (emit() says so).
-    void emit_within_limit(const Piece& p, std::uint32_t region_index) {
-        if (max_import == 0 ||
-            align_up_saturating(p.last, align) - align_down(p.first, align) <= max_import) {
-            emit(p, region_index);
-            return;
+    for (std::uint32_t r = 0; r < work_.size(); ++r) {
+        const PlanRegion& region = plan_.regions[r];
+        RegionWork& w = work_[r];
+        const Span whole{w.begin, w.end};
+        if (model_.targets[region.target].caps.is_cpu) {
+            // Passthrough pins nothing, so the span is always fine.
+            w.runs = {whole};
+            w.base_reason = "CPU passthrough";
+            continue;
         }
-        std::size_t begin = p.begin;
-        while (begin < p.end) {
-            std::size_t end = begin + 1;
-            std::uint64_t start = aligned_start(begin);
-            std::uint64_t reach = aligned_end(begin);
-            while (end < p.end) {
-                std::uint64_t next_reach = std::max(reach, aligned_end(end));
-                if (next_reach - start > max_import) break;
-                reach = next_reach;
-                ++end;
-            }
-            emit(piece(begin, end), region_index);
-            begin = end;
+        if (!enabled || region.ctx_bytes == 0 ||
+            (options_.mode == PlanMode::gate && !region.gate)) {
+            w.whole_fallback = true;
+            w.base_reason = !enabled                ? disabled_reason
+                            : region.ctx_bytes == 0 ? std::string("region holds no tensor bytes")
+                                                    : describe_gate_failure(region.first,
+                                                                            region.last,
+                                                                            region.ctx_bytes);
+            refuse(r, whole, w.base_reason);
+            continue;
+        }
+        if (region.gate)
+            w.base_reason = fmt::format("tight: passes the gate (span {} bytes for {} bytes of its "
+                                        "own tensors, limit {})",
+                                        region.last - region.first, region.ctx_bytes,
+                                        tightness_limit(region.ctx_bytes));
+        else if (options_.mode == PlanMode::span)
+            w.base_reason = fmt::format("span mode: the whole span is imported without the gate "
+                                        "({})",
+                                        describe_gate_failure(region.first, region.last,
+                                                              region.ctx_bytes));
+        else
+            w.base_reason = fmt::format("not tight ({}); imported as tight runs of its own tensors",
+                                        describe_gate_failure(region.first, region.last,
+                                                              region.ctx_bytes));
+        plan_device_region(r);
+    }
+
+    separate_shared_pages();
+    for (std::uint32_t r = 0; r < work_.size(); ++r) finish_region(r);
+    // What compute_totals() finds tensor by tensor, from the runs (no pass over every tensor).
+    for (const PlanRegion& region : plan_.regions) {
+        if (model_.targets[region.target].caps.is_cpu) continue;
+        plan_.totals.device_bytes += region.ctx_bytes;
+        for (const PlanRun& run : region.runs) {
+            plan_.totals.imported_bytes += run.ctx_bytes;
+            plan_.totals.pinned_bytes += run.extent_size;
+            ++plan_.totals.imports;
         }
     }
-
-    // Mode runs for a region that fails the gate: aligned extents merged where they touch,
-    // then across gaps < merge_gap, each run re-checked against the gate, then merged across
-    // the smallest gaps down to the budget.
-    std::vector<Piece> form_runs() const {
-        const std::size_t n = region.tensors.size();
-        // Boundaries between tensor i-1 and i are "cuts" unless their aligned extents touch.
-        std::vector<Piece> pieces;
-        std::size_t begin = 0;
-        std::uint64_t reach = aligned_end(0);
-        for (std::size_t i = 1; i < n; ++i) {
-            std::uint64_t start = aligned_start(i);
-            bool touches = start <= reach;
-            bool small_gap = !touches && start - reach < options.merge_gap;
-            if (!touches && !small_gap) {
-                pieces.push_back(piece(begin, i));
-                begin = i;
-            }
-            reach = std::max(reach, aligned_end(i));
-        }
-        pieces.push_back(piece(begin, n));
-
-        // A gap merge may have produced a run that is not tight: split it at its gaps (the
-        // touching clusters inside it), largest gap first, until every part passes.
-        std::vector<Piece> tight;
-        for (const Piece& p : pieces) split_until_tight(p, tight);
-
-        return merge_to_budget(std::move(tight));
-    }
-
-    void split_until_tight(const Piece& p, std::vector<Piece>& out) const {
-        if (p.end - p.begin <= 1 || passes_tightness_gate(p.first, p.last, p.ctx)) {
-            out.push_back(p);
-            return;
-        }
-        // Find the widest gap between consecutive tensors (by aligned extents, then raw).
-        std::size_t cut = 0;
-        std::uint64_t widest = 0;
-        std::uint64_t reach = aligned_end(p.begin);
-        std::uint64_t raw_reach = tensor_at(p.begin).offset + tensor_at(p.begin).size;
-        bool found = false;
-        for (std::size_t i = p.begin + 1; i < p.end; ++i) {
-            std::uint64_t start = tensor_at(i).offset;
-            std::uint64_t gap = start > raw_reach ? start - raw_reach : 0;
-            if (!found || gap > widest) {
-                widest = gap;
-                cut = i;
-                found = true;
-            }
-            reach = std::max(reach, aligned_end(i));
-            raw_reach = std::max(raw_reach, tensor_at(i).offset + tensor_at(i).size);
-        }
-        split_until_tight(piece(p.begin, cut), out);
-        split_until_tight(piece(cut, p.end), out);
-    }
-
-    // For a fixed number of imports, pinned bytes = extents + the gaps merged over, so keeping
-    // the largest gaps open (merging the smallest) minimises what is pinned.
-    std::vector<Piece> merge_to_budget(std::vector<Piece> pieces) const {
-        std::size_t budget = std::max<std::uint32_t>(options.max_imports_per_region, 1);
-        if (pieces.size() <= budget) return pieces;
-        std::vector<std::size_t> gaps(pieces.size() - 1);
-        std::iota(gaps.begin(), gaps.end(), std::size_t{0});
-        auto gap_bytes = [&](std::size_t g) {
-            std::uint64_t left_end = align_up_saturating(pieces[g].last, align);
-            std::uint64_t right_start = align_down(pieces[g + 1].first, align);
-            return right_start > left_end ? right_start - left_end : std::uint64_t{0};
-        };
-        // Keep the (budget - 1) widest gaps open; ties broken by position for determinism.
-        std::sort(gaps.begin(), gaps.end(), [&](std::size_t a, std::size_t b) {
-            std::uint64_t ga = gap_bytes(a), gb = gap_bytes(b);
-            return ga != gb ? ga > gb : a < b;
-        });
-        std::vector<bool> open(pieces.size() - 1, false);
-        for (std::size_t k = 0; k + 1 < budget; ++k) open[gaps[k]] = true;
-        std::vector<Piece> merged;
-        std::size_t start = 0;
-        for (std::size_t g = 0; g < open.size(); ++g) {
-            if (open[g]) {
-                merged.push_back(piece(pieces[start].begin, pieces[g].end));
-                start = g + 1;
-            }
-        }
-        merged.push_back(piece(pieces[start].begin, pieces.back().end));
-        return merged;
-    }
-};
-
-bool import_enabled(const PlanOptions& options, std::string& why_not) {
-    if (options.import_enabled.has_value()) {
-        if (!*options.import_enabled) why_not = "disabled by PlanOptions::import_enabled = false";
-        return *options.import_enabled;
-    }
-    const char* env = std::getenv("WEIGHTMAP_IMPORT");
-    if (env != nullptr && std::string_view(env) == "0") {
-        why_not = "disabled by WEIGHTMAP_IMPORT=0";
-        return false;
-    }
-    return true;
+    plan_.totals.fallback_bytes = plan_.totals.device_bytes - plan_.totals.imported_bytes;
+    return std::move(plan_);
 }
 
 Status validate(const ModelDesc& model, std::uint64_t page) {
     if (!is_power_of_two(page))
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("page size {} is not a power of two", page));
+    if (model.tensors.size() >= no_index)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{} tensors: the planner indexes at most {}",
+                                      model.tensors.size(), no_index - 1));
     for (std::size_t i = 0; i < model.targets.size(); ++i) {
         std::uint64_t a = model.targets[i].caps.alignment;
         if (a != 0 && !is_power_of_two(a))
@@ -268,6 +860,7 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
                               fmt::format("target {} ('{}'): alignment {} is not a power of two",
                                           i, model.targets[i].name, a));
     }
+    std::uint64_t total = 0;
     for (std::size_t i = 0; i < model.tensors.size(); ++i) {
         const TensorDesc& t = model.tensors[i];
         if (t.file >= model.files.size())
@@ -285,114 +878,12 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
                               fmt::format("tensor {} ('{}'): bytes [{}, {}+{}) pass the end of "
                                           "file '{}' ({} bytes)",
                                           i, t.name, t.offset, t.offset, t.size, f.path, f.size));
+        if (__builtin_add_overflow(total, t.size, &total))
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("tensor {} ('{}'): the tensor sizes sum past 2^64 bytes",
+                                          i, t.name));
     }
     return {};
-}
-
-// Two imports through one importer must not share a page: for HSA a page locked twice is
-// unlocked by the first release while the other import still uses it. Adjacent runs of the same
-// region merge when the merged run stays tight and within the size limit; otherwise (or across
-// regions) the later run's leading tensors that share the page are left out.
-void separate_shared_pages(const ModelDesc& model, Plan& plan, std::uint64_t page) {
-    struct Ref { std::uint32_t region, run; };
-    std::map<std::pair<std::string, std::uint32_t>, std::vector<Ref>> by_importer_file;
-    for (std::uint32_t r = 0; r < plan.regions.size(); ++r) {
-        const PlanRegion& region = plan.regions[r];
-        const TargetDesc& target = model.targets[region.target];
-        if (target.caps.is_cpu) continue;
-        const std::string& key = target.importer_key.empty() ? target.name : target.importer_key;
-        for (std::uint32_t k = 0; k < region.runs.size(); ++k)
-            by_importer_file[{key, region.file}].push_back(Ref{r, k});
-    }
-    bool changed = false;
-    for (auto& [key, refs] : by_importer_file) {
-        auto run_of = [&](const Ref& ref) -> PlanRun& { return plan.regions[ref.region].runs[ref.run]; };
-        std::sort(refs.begin(), refs.end(), [&](const Ref& a, const Ref& b) {
-            return run_of(a).extent_offset < run_of(b).extent_offset;
-        });
-        std::size_t prev = 0;
-        for (std::size_t i = 1; i < refs.size(); ++i) {
-            PlanRun& a = run_of(refs[prev]);
-            PlanRun& b = run_of(refs[i]);
-            std::uint64_t a_end = a.extent_offset + a.extent_size;
-            if (b.extent_offset >= a_end || b.tensors.empty() || a.tensors.empty()) {
-                if (!b.tensors.empty()) prev = i;
-                continue;
-            }
-            changed = true;
-            const PlanRegion& ra = plan.regions[refs[prev].region];
-            const TargetDesc& target = model.targets[ra.target];
-            std::uint64_t align = std::max<std::uint64_t>(page, target.caps.alignment);
-            std::uint64_t ctx = 0;
-            for (auto t : a.tensors) ctx = sat_add(ctx, model.tensors[t].size);
-            for (auto t : b.tensors) ctx = sat_add(ctx, model.tensors[t].size);
-            std::uint64_t first = std::min(a.first, b.first), last = std::max(a.last, b.last);
-            std::uint64_t end = std::max(a_end, b.extent_offset + b.extent_size);
-            std::uint64_t max = target.caps.max_import_size;
-            bool same_region = refs[prev].region == refs[i].region;
-            if (same_region && passes_tightness_gate(first, last, ctx) &&
-                (max == 0 || end - a.extent_offset <= max)) {
-                a.first = first;
-                a.last = last;
-                a.extent_size = end - a.extent_offset;
-                a.tensors.insert(a.tensors.end(), b.tensors.begin(), b.tensors.end());
-                b.tensors.clear();
-                continue;
-            }
-            // Leave out b's tensors that start on a page a already imports.
-            std::vector<std::uint32_t> kept;
-            for (auto t : b.tensors) {
-                const TensorDesc& td = model.tensors[t];
-                if (align_down(td.offset, align) < a_end) {
-                    TensorPlacement& place = plan.tensors[t];
-                    place.run = no_index;
-                    place.reason = fmt::format(
-                        "shares a page with import [{:#x}, {:#x}) of the same importer; left out "
-                        "so no page is imported twice ({})",
-                        a.extent_offset, a_end,
-                        same_region ? "merging would break the gate or the size limit"
-                                    : "the other import belongs to another target");
-                } else {
-                    kept.push_back(t);
-                }
-            }
-            b.tensors = std::move(kept);
-            if (!b.tensors.empty()) {
-                b.first = UINT64_MAX;
-                b.last = 0;
-                for (auto t : b.tensors) {
-                    b.first = std::min(b.first, model.tensors[t].offset);
-                    b.last = std::max(b.last, model.tensors[t].offset + model.tensors[t].size);
-                }
-                std::uint64_t b_end = b.extent_offset + b.extent_size;
-                b.extent_offset = align_down(b.first, align);
-                b.extent_size = b_end - b.extent_offset;
-                prev = i;
-            }
-        }
-    }
-    if (!changed) return;
-    // Drop emptied runs and renumber placements.
-    for (std::uint32_t r = 0; r < plan.regions.size(); ++r) {
-        PlanRegion& region = plan.regions[r];
-        std::vector<PlanRun> runs;
-        for (PlanRun& run : region.runs) {
-            if (run.tensors.empty()) continue;
-            std::sort(run.tensors.begin(), run.tensors.end(), [&](auto x, auto y) {
-                return model.tensors[x].offset < model.tensors[y].offset;
-            });
-            auto index = static_cast<std::uint32_t>(runs.size());
-            for (auto t : run.tensors)
-                plan.tensors[t] = TensorPlacement{r, index,
-                                                  model.tensors[t].offset - run.extent_offset, {}};
-            runs.push_back(std::move(run));
-        }
-        region.runs = std::move(runs);
-        if (region.runs.empty() && region.decision == Decision::import) {
-            region.decision = Decision::fallback;
-            region.reason = "every tensor shares a page with another import of the same importer";
-        }
-    }
 }
 
 } // namespace
@@ -422,101 +913,9 @@ PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
 Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options) {
     const std::uint64_t page = options.page_size != 0 ? options.page_size : host_page_size();
     if (Status s = validate(model, page); !s) return std::move(s).error();
-
     std::string disabled_reason;
-    const bool enabled = import_enabled(options, disabled_reason);
-
-    Plan plan;
-    plan.mode = options.mode;
-    plan.page_size = page;
-    plan.tensors.resize(model.tensors.size());
-
-    // Group by (target, file), tensors sorted by offset inside each group.
-    std::vector<std::uint32_t> order(model.tensors.size());
-    std::iota(order.begin(), order.end(), 0u);
-    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-        const TensorDesc& x = model.tensors[a];
-        const TensorDesc& y = model.tensors[b];
-        if (x.target != y.target) return x.target < y.target;
-        if (x.file != y.file) return x.file < y.file;
-        if (x.offset != y.offset) return x.offset < y.offset;
-        return a < b;
-    });
-
-    for (std::size_t i = 0; i < order.size();) {
-        const TensorDesc& head = model.tensors[order[i]];
-        std::size_t j = i;
-        PlanRegion region;
-        region.target = head.target;
-        region.file = head.file;
-        region.first = UINT64_MAX;
-        while (j < order.size() && model.tensors[order[j]].target == head.target &&
-               model.tensors[order[j]].file == head.file) {
-            const TensorDesc& t = model.tensors[order[j]];
-            region.tensors.push_back(order[j]);
-            region.first = std::min(region.first, t.offset);
-            region.last = std::max(region.last, t.offset + t.size);
-            region.ctx_bytes = sat_add(region.ctx_bytes, t.size);
-            ++j;
-        }
-        i = j;
-        region.gate = passes_tightness_gate(region.first, region.last, region.ctx_bytes);
-
-        const auto region_index = static_cast<std::uint32_t>(plan.regions.size());
-        for (auto t : region.tensors) plan.tensors[t].region = region_index;
-
-        const TargetDesc& target = model.targets[region.target];
-        const std::uint64_t align = std::max<std::uint64_t>(page, target.caps.alignment);
-        RegionBuilder builder{model, options, page, align,
-                              align_up_saturating(model.files[region.file].size, page),
-                              target.caps.is_cpu ? 0 : target.caps.max_import_size,
-                              region, plan.tensors};
-        const Piece whole = builder.piece(0, region.tensors.size());
-
-        if (target.caps.is_cpu) {
-            // Passthrough pins nothing, so the span is always fine.
-            builder.align = page;
-            builder.emit(whole, region_index);
-            region.decision = Decision::import;
-            region.reason = "CPU passthrough";
-        } else if (!enabled) {
-            region.reason = disabled_reason;
-        } else if (region.ctx_bytes == 0) {
-            region.reason = "region holds no tensor bytes";
-        } else if (options.mode == PlanMode::span || region.gate) {
-            builder.emit_within_limit(whole, region_index);
-            region.reason = region.gate ? "tight: passes the gate"
-                                        : "span mode: whole span imported without the gate";
-        } else if (options.mode == PlanMode::gate) {
-            region.reason = describe_gate_failure(region.first, region.last, region.ctx_bytes);
-        } else {
-            for (const Piece& p : builder.form_runs()) builder.emit_within_limit(p, region_index);
-            region.reason = fmt::format("not tight ({}); imported as tight runs",
-                                        describe_gate_failure(region.first, region.last,
-                                                              region.ctx_bytes));
-        }
-        if (!region.runs.empty()) {
-            region.decision = Decision::import;
-        } else if (region.decision != Decision::fallback || target.caps.is_cpu) {
-            region.decision = Decision::fallback;
-        }
-        if (region.decision == Decision::fallback) {
-            // A region that imports nothing: each tensor carries the region's reason unless
-            // emit() gave it a more specific one.
-            for (auto t : region.tensors) {
-                plan.tensors[t].run = no_index;
-                if (plan.tensors[t].reason.empty()) plan.tensors[t].reason = region.reason;
-            }
-            if (region.reason.empty() || region.reason.starts_with("tight") ||
-                region.reason.starts_with("span mode") || region.reason.starts_with("not tight"))
-                region.reason = plan.tensors[region.tensors.front()].reason;
-        }
-        plan.regions.push_back(std::move(region));
-    }
-
-    separate_shared_pages(model, plan, page);
-    plan.totals = compute_totals(model, plan);
-    return plan;
+    const bool enabled = internal::import_switch_enabled(options.import_enabled, &disabled_reason);
+    return Planner(model, options, page).run(enabled, disabled_reason);
 }
 
 } // namespace wm

@@ -187,11 +187,23 @@ TEST_CASE("an extent never runs past the mapped length: the plan says so", "[pla
     m.files = {{"short.gguf", 100 * KiB + 10}};
     m.targets = {device_target("GPU0", 64 * KiB)};
     m.tensors = {{"head", 0, 0, 8 * KiB, 0}, {"tail", 0, 90 * KiB, 10 * KiB + 10, 0}};
-    Plan p = plan_ok(m, opts());
+    // Mode gate imports the region as one extent, so the whole region falls back.
+    Plan p = plan_ok(m, opts(PlanMode::gate));
     const PlanRegion& r = p.regions[0];
     CHECK(r.decision == Decision::fallback);
     CHECK_THAT(r.reason, Catch::Contains("runs past the mapped length 0x1a000") &&
                              Catch::Contains("short.gguf"));
+    // Mode runs cuts between page-disjoint clusters: only the tail falls back, with the reason.
+    Plan pr = plan_ok(m, opts(PlanMode::runs));
+    REQUIRE(pr.regions[0].decision == Decision::import);
+    REQUIRE(pr.regions[0].runs.size() == 1);
+    CHECK(pr.regions[0].runs[0].extent_offset == 0);
+    CHECK(pr.regions[0].runs[0].extent_size == 64 * KiB);
+    CHECK(pr.tensors[0].run == 0);
+    CHECK(pr.tensors[1].run == no_index);
+    CHECK_THAT(pr.tensors[1].reason, Catch::Contains("runs past the mapped length 0x1a000") &&
+                                         Catch::Contains("short.gguf"));
+    check_resolution(m, pr);
     // With page alignment the last partial page is fine.
     ModelDesc m2 = m;
     m2.targets[0].caps.alignment = 1;
