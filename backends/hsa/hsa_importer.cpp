@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: MIT
+// The HSA importer: hsa_amd_memory_lock of page-aligned ranges of the weight mapping, for the
+// agents the engine names (or every GPU agent).
+#include "weightmap/backends/hsa.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "hsa_runtime.hpp"
+#include "internal/align.hpp"
+#include "internal/backend_factories.hpp"
+#include "weightmap/log.hpp"
+#include "weightmap/planner.hpp"
+
+namespace wm {
+namespace {
+
+constexpr const char* default_library = "libhsa-runtime64.so.1";
+
+std::string resolve_library_path(const std::string& requested) {
+    if (!requested.empty()) return requested;
+    const char* env = std::getenv("WEIGHTMAP_HSA_LIBRARY");
+    if (env != nullptr && *env != '\0') return env;
+    return default_library;
+}
+
+std::string list_agents(const std::vector<hsa::Runtime::AgentInfo>& agents) {
+    std::string out;
+    for (const auto& a : agents)
+        out += fmt::format("{}{:#x} {} '{}'", out.empty() ? "" : ", ", a.handle,
+                           a.is_gpu ? "GPU" : "non-GPU", a.name);
+    return out.empty() ? "none" : out;
+}
+
+class HsaImporter final : public Importer {
+public:
+    // runtime == nullptr: unavailable for `reason`.
+    HsaImporter(std::unique_ptr<hsa::Runtime> runtime, std::vector<hsa_agent_t> agents,
+                std::uint64_t budget, std::string reason)
+        : runtime_(std::move(runtime)), agents_(std::move(agents)), page_(host_page_size()),
+          budget_(budget), availability_{runtime_ != nullptr, std::move(reason)} {}
+
+    ~HsaImporter() override {
+        // Every lock must be gone before hsa_shut_down (the Runtime's destructor) and dlclose.
+        std::uint64_t bytes = 0;
+        for (const auto& [address, lock] : locks_) {
+            bytes += lock.size;
+            runtime_->api().memory_unlock(reinterpret_cast<void*>(address));
+        }
+        if (!locks_.empty())
+            log_message({}, LogLevel::warning,
+                        fmt::format("hsa importer destroyed with {} lock(s) of {} bytes still "
+                                    "held; unlocked them (release every buffer first)",
+                                    locks_.size(), bytes));
+    }
+
+    std::string_view name() const noexcept override { return "hsa"; }
+
+    ImporterCaps caps() const noexcept override {
+        ImporterCaps caps;
+        caps.needs_writable_mapping = true; // HSA locks read-write; PROT_READ fails (measured)
+        caps.alignment = page_;             // an unaligned address fails (measured)
+        caps.max_import_size = 0;           // the budget is a refusal, not a size to plan around
+        caps.is_cpu = false;
+        // Unknown on real hardware, so conservative: KFD registers the user pointer for write
+        // access, and mprotect of a locked range may invalidate it (docs/hsa.md).
+        caps.survives_read_only_reprotect = false;
+        return caps;
+    }
+
+    Availability available() const override { return availability_; }
+
+    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
+        if (!runtime_)
+            return make_error(ErrorKind::unsupported,
+                              fmt::format("hsa importer not available: {}", availability_.reason));
+        const auto address = reinterpret_cast<std::uintptr_t>(host_address);
+        if (host_address == nullptr || size == 0)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("hsa import: null address ({}) or zero size ({})",
+                                          host_address, size));
+        if (address % page_ != 0 || size % page_ != 0)
+            // Never handed to the runtime: it answers a bare HSA_STATUS_ERROR (measured upstream).
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("hsa import: {} +{:#x} is not aligned to the {}-byte "
+                                          "page (hsa_amd_memory_lock rejects it); lock an "
+                                          "arbitrary range with hsa_lock_superset",
+                                          host_address, size, page_));
+        if (size > UINTPTR_MAX - address)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("hsa import: {} +{:#x} wraps the address space",
+                                          host_address, size));
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            if (budget_ != 0 && size > budget_ - locked_bytes_)
+                return make_error(
+                    ErrorKind::limit,
+                    fmt::format("hsa import of {} bytes at {} refused: {} bytes already locked and "
+                                "the lock budget (HsaImporterParams::lock_budget_bytes) is {}; a "
+                                "lock pins every page of its range",
+                                size, host_address, locked_bytes_, budget_));
+            locked_bytes_ += size; // reserved while the runtime works, so concurrent imports
+                                   // cannot both pass the budget
+        }
+        void* agent_pointer = nullptr;
+        const hsa_status_t status =
+            runtime_->api().memory_lock(host_address, size, agents_.data(),
+                                        static_cast<int>(agents_.size()), &agent_pointer);
+        if (status != HSA_STATUS_SUCCESS || agent_pointer == nullptr) {
+            if (status == HSA_STATUS_SUCCESS) runtime_->api().memory_unlock(host_address);
+            {
+                std::lock_guard<std::mutex> guard(mutex_);
+                locked_bytes_ -= size;
+            }
+            if (status == HSA_STATUS_SUCCESS)
+                return make_error(ErrorKind::import_failed,
+                                  fmt::format("hsa_amd_memory_lock({}, {:#x}) succeeded but "
+                                              "returned a null agent pointer; unlocked it",
+                                              host_address, size));
+            // The address is aligned here, so a bare HSA_STATUS_ERROR is the other measured
+            // cause: pages without PROT_WRITE.
+            return make_error(
+                ErrorKind::import_failed,
+                fmt::format("hsa_amd_memory_lock({}, {:#x}, {} agent(s)) failed: {}{}",
+                            host_address, size, agents_.size(), runtime_->describe(status),
+                            status == HSA_STATUS_ERROR
+                                ? " (a mapping without PROT_WRITE fails this way: HSA locks "
+                                  "read-write, so map the weights MAP_SHARED with "
+                                  "PROT_READ|PROT_WRITE)"
+                                : ""));
+        }
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            locks_.emplace(address, Lock{size, agent_pointer});
+        }
+        ImportedBuffer buffer;
+        buffer.host_address = host_address;
+        buffer.size = size;
+        buffer.device_address = agent_pointer;
+        buffer.imported = true;
+        return buffer;
+    }
+
+    Status release(const ImportedBuffer& buffer) noexcept override {
+        if (!runtime_)
+            return make_error(ErrorKind::invalid_argument,
+                              "hsa release: this importer is not available and holds no locks");
+        const auto address = reinterpret_cast<std::uintptr_t>(buffer.host_address);
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            auto [begin, end] = locks_.equal_range(address);
+            auto it = begin;
+            while (it != end && (it->second.size != buffer.size ||
+                                 it->second.agent_pointer != buffer.device_address))
+                ++it;
+            if (it == end)
+                // hsa_amd_memory_unlock of a pointer it did not lock is undefined behaviour.
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("hsa release: {} +{:#x} (agent pointer {}) is not "
+                                              "locked by this importer",
+                                              buffer.host_address, buffer.size,
+                                              buffer.device_address));
+            locks_.erase(it);
+        }
+        const hsa_status_t status = runtime_->api().memory_unlock(buffer.host_address);
+        {
+            // Only now: until the runtime has unlocked, the pages still count against the budget.
+            std::lock_guard<std::mutex> guard(mutex_);
+            locked_bytes_ -= buffer.size;
+        }
+        if (status != HSA_STATUS_SUCCESS)
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("hsa_amd_memory_unlock({}) failed: {}",
+                                          buffer.host_address, runtime_->describe(status)));
+        return {};
+    }
+
+    // The agent pointer need not be host-addressable (on a dGPU it is a GPU virtual address);
+    // the lock pins the mapping's own pages, so the host view is what the device reads.
+    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
+                     void* dst) override {
+        if (buffer.host_address == nullptr || offset > buffer.size || size > buffer.size - offset)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("hsa read_back [{}, +{}) outside a buffer of {} bytes at "
+                                          "{}", offset, size, buffer.size, buffer.host_address));
+        std::memcpy(dst, static_cast<const std::byte*>(buffer.host_address) + offset, size);
+        return {};
+    }
+
+private:
+    struct Lock {
+        std::uint64_t size = 0;
+        void* agent_pointer = nullptr;
+    };
+
+    std::unique_ptr<hsa::Runtime> runtime_; // null when unavailable
+    std::vector<hsa_agent_t> agents_;       // passed to every lock; read-only after construction
+    const std::uint64_t page_;
+    const std::uint64_t budget_;
+    const Availability availability_;
+
+    std::mutex mutex_;
+    // Keyed by host address; a multimap because the runtime allows overlapping locks (two
+    // supersets can start on the same page) and counts them, one unlock per lock.
+    std::multimap<std::uintptr_t, Lock> locks_;
+    std::uint64_t locked_bytes_ = 0; // live locks plus reservations in flight
+};
+
+std::unique_ptr<Importer> unavailable(std::string reason) {
+    return std::make_unique<HsaImporter>(nullptr, std::vector<hsa_agent_t>{}, 0,
+                                         std::move(reason));
+}
+
+} // namespace
+
+Result<std::unique_ptr<Importer>> make_hsa_importer(const HsaImporterParams& params) {
+    for (std::size_t i = 0; i < params.agents.size(); ++i) {
+        if (params.agents[i] == 0)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("HsaImporterParams::agents[{}] is 0, not an agent "
+                                          "handle", i));
+        for (std::size_t j = 0; j < i; ++j)
+            if (params.agents[j] == params.agents[i])
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("HsaImporterParams::agents[{}] = {:#x} repeats "
+                                              "agents[{}]", i, params.agents[i], j));
+    }
+    const std::string path = resolve_library_path(params.library_path);
+    auto runtime = hsa::Runtime::open(path);
+    if (!runtime) return unavailable(std::move(runtime).error().message);
+
+    auto known = runtime.value()->agents();
+    if (!known) return unavailable(std::move(known).error().message);
+
+    std::vector<hsa_agent_t> agents;
+    if (params.agents.empty()) {
+        for (const auto& a : known.value())
+            if (a.is_gpu) agents.push_back(hsa_agent_t{a.handle});
+        if (agents.empty())
+            return unavailable(fmt::format("no GPU agent in the HSA runtime '{}' (agents: {})",
+                                           path, list_agents(known.value())));
+    } else {
+        for (std::size_t i = 0; i < params.agents.size(); ++i) {
+            bool found = false;
+            for (const auto& a : known.value()) found = found || a.handle == params.agents[i];
+            if (!found)
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("HsaImporterParams::agents[{}] = {:#x} is not an "
+                                              "agent of the HSA runtime '{}' (agents: {})",
+                                              i, params.agents[i], path,
+                                              list_agents(known.value())));
+            agents.push_back(hsa_agent_t{params.agents[i]});
+        }
+    }
+    return std::unique_ptr<Importer>(std::make_unique<HsaImporter>(
+        std::move(runtime).value(), std::move(agents), params.lock_budget_bytes, std::string{}));
+}
+
+std::unique_ptr<Importer> create_default_hsa_importer() {
+    auto importer = make_hsa_importer({});
+    // Default params name no agents, so this cannot fail; stay non-null whatever happens.
+    if (!importer) return unavailable(importer.error().message);
+    return std::move(importer).value();
+}
+
+// --- HsaLockedRange ---------------------------------------------------------------------------
+
+HsaLockedRange::HsaLockedRange(HsaLockedRange&& other) noexcept
+    : importer_(std::exchange(other.importer_, nullptr)), buffer_(other.buffer_),
+      delta_(other.delta_) {}
+
+HsaLockedRange& HsaLockedRange::operator=(HsaLockedRange&& other) noexcept {
+    if (this != &other) {
+        if (Status s = release(); !s) log_message({}, LogLevel::warning, s.error().message);
+        importer_ = std::exchange(other.importer_, nullptr);
+        buffer_ = other.buffer_;
+        delta_ = other.delta_;
+    }
+    return *this;
+}
+
+HsaLockedRange::~HsaLockedRange() {
+    if (Status s = release(); !s) log_message({}, LogLevel::warning, s.error().message);
+}
+
+void* HsaLockedRange::agent_address() const noexcept {
+    if (buffer_.device_address == nullptr) return nullptr;
+    return static_cast<std::byte*>(buffer_.device_address) + delta_;
+}
+
+Status HsaLockedRange::release() noexcept {
+    Importer* importer = std::exchange(importer_, nullptr);
+    if (importer == nullptr) return {};
+    return importer->release(buffer_);
+}
+
+Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,
+                                         std::uint64_t size) {
+    if (dynamic_cast<HsaImporter*>(&hsa_importer) == nullptr)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("hsa_lock_superset: importer '{}' was not made by "
+                                      "make_hsa_importer", hsa_importer.name()));
+    const auto begin = reinterpret_cast<std::uintptr_t>(address);
+    if (address == nullptr || size == 0)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("hsa_lock_superset: null address ({}) or zero size ({})",
+                                      address, size));
+    const std::uint64_t page = hsa_importer.caps().alignment;
+    if (size > UINTPTR_MAX - begin || begin + size > align_down(UINTPTR_MAX, page))
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("hsa_lock_superset: {} +{:#x} wraps the address space "
+                                      "when aligned to {} bytes", address, size, page));
+    const std::uint64_t start = align_down(begin, page);
+    const std::uint64_t end = align_up_saturating(begin + size, page);
+    // The lock does not write through the pointer; HSA merely requires writable pages.
+    auto imported =
+        hsa_importer.import(reinterpret_cast<void*>(static_cast<std::uintptr_t>(start)),
+                            end - start);
+    if (!imported) {
+        Error error = std::move(imported).error();
+        error.message = fmt::format("hsa_lock_superset({} +{:#x}): {}", address, size,
+                                    error.message);
+        return error;
+    }
+    HsaLockedRange range;
+    range.importer_ = &hsa_importer;
+    range.buffer_ = imported.value();
+    range.delta_ = begin - start;
+    return range;
+}
+
+} // namespace wm

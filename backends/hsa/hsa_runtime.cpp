@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+#include "hsa_runtime.hpp"
+
+#include <array>
+#include <cstring>
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+namespace wm::hsa {
+namespace {
+
+template <class Fn>
+bool resolve(void* handle, const char* symbol, Fn& out, std::string& missing) {
+    dlerror();
+    void* p = dlsym(handle, symbol);
+    if (p == nullptr) {
+        const char* why = dlerror();
+        missing = fmt::format("{} ({})", symbol, why != nullptr ? why : "null symbol");
+        return false;
+    }
+    out = reinterpret_cast<Fn>(p);
+    return true;
+}
+
+} // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& path) {
+    std::unique_ptr<Runtime> runtime(new Runtime());
+    runtime->path_ = path;
+    dlerror();
+    // RTLD_LOCAL: the runtime's symbols must not satisfy anyone else's lookups through us. If the
+    // engine already loaded it, this returns the engine's instance (shared agents and locks).
+    runtime->handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (runtime->handle_ == nullptr) {
+        const char* why = dlerror();
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("cannot load the HSA runtime '{}': {}", path,
+                                      why != nullptr ? why : "dlopen failed"));
+    }
+    Api& api = runtime->api_;
+    std::string missing;
+    void* h = runtime->handle_;
+    if (!resolve(h, "hsa_init", api.init, missing) ||
+        !resolve(h, "hsa_shut_down", api.shut_down, missing) ||
+        !resolve(h, "hsa_status_string", api.status_string, missing) ||
+        !resolve(h, "hsa_iterate_agents", api.iterate_agents, missing) ||
+        !resolve(h, "hsa_agent_get_info", api.agent_get_info, missing) ||
+        !resolve(h, "hsa_amd_memory_lock", api.memory_lock, missing) ||
+        !resolve(h, "hsa_amd_memory_unlock", api.memory_unlock, missing))
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("the HSA runtime '{}' lacks {}", path, missing));
+    // Without /dev/kfd the Debian 12 runtime (ROCm 5.2) returns HSA_STATUS_ERROR_OUT_OF_RESOURCES
+    // here within a millisecond and prints nothing (measured), so this is safe in any process.
+    const hsa_status_t status = api.init();
+    if (status != HSA_STATUS_SUCCESS)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("hsa_init failed in '{}': {}", path,
+                                      runtime->describe(status)));
+    runtime->initialized_ = true;
+    return runtime;
+}
+
+Runtime::~Runtime() {
+    // hsa_init/hsa_shut_down are reference counted by the runtime: this drops only our count,
+    // and the library is closed last, after the runtime it holds has been shut down.
+    if (initialized_) api_.shut_down();
+    if (handle_ != nullptr) dlclose(handle_);
+}
+
+std::string Runtime::describe(hsa_status_t status) const {
+    const char* text = nullptr;
+    if (api_.status_string != nullptr && api_.status_string(status, &text) == HSA_STATUS_SUCCESS &&
+        text != nullptr && *text != '\0')
+        return text;
+    return fmt::format("HSA status {:#x} (no status string)", static_cast<unsigned>(status));
+}
+
+Result<std::vector<Runtime::AgentInfo>> Runtime::agents() const {
+    struct Collect {
+        const Api* api;
+        std::vector<AgentInfo> agents;
+        hsa_status_t failed = HSA_STATUS_SUCCESS;
+    } collect{&api_, {}};
+    const hsa_status_t status = api_.iterate_agents(
+        [](hsa_agent_t agent, void* data) -> hsa_status_t {
+            auto& c = *static_cast<Collect*>(data);
+            hsa_device_type_t type{};
+            hsa_status_t s = c.api->agent_get_info(agent, HSA_AGENT_INFO_DEVICE, &type);
+            if (s != HSA_STATUS_SUCCESS) {
+                c.failed = s;
+                return s;
+            }
+            AgentInfo info;
+            info.handle = agent.handle;
+            info.is_gpu = type == HSA_DEVICE_TYPE_GPU;
+            std::array<char, 64> name{}; // HSA_AGENT_INFO_NAME is a char[64]
+            if (c.api->agent_get_info(agent, HSA_AGENT_INFO_NAME, name.data()) ==
+                HSA_STATUS_SUCCESS)
+                info.name.assign(name.data(), strnlen(name.data(), name.size()));
+            c.agents.push_back(std::move(info));
+            return HSA_STATUS_SUCCESS;
+        },
+        &collect);
+    if (status != HSA_STATUS_SUCCESS)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("hsa_iterate_agents failed in '{}': {}{}", path_,
+                                      describe(status),
+                                      collect.failed != HSA_STATUS_SUCCESS
+                                          ? " (hsa_agent_get_info(HSA_AGENT_INFO_DEVICE) refused "
+                                            "an agent)"
+                                          : ""));
+    return std::move(collect.agents);
+}
+
+} // namespace wm::hsa

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// The tests' handle on the fake HSA runtime (fake_hsa_runtime.cpp) and on the mappings they lock.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "weightmap/backends/hsa.hpp"
+#include "weightmap/executor.hpp"
+
+#ifndef WEIGHTMAP_FAKE_HSA_PATH
+#error "tests/hsa/meson.build passes the fake runtime's path as WEIGHTMAP_FAKE_HSA_PATH"
+#endif
+
+namespace wm::test {
+
+inline constexpr const char* fake_hsa_path = WEIGHTMAP_FAKE_HSA_PATH;
+
+/// Opens the fake (the importer's dlopen of the same path then shares this instance) and keeps
+/// it open for the whole process, so its unload-time leak check runs at exit.
+class FakeHsa {
+public:
+    /// The process's one handle, reset to the default configuration: call it at the start of
+    /// every test case.
+    static FakeHsa& fresh() {
+        static FakeHsa fake;
+        fake.reset();
+        return fake;
+    }
+
+    FakeHsa() {
+        handle_ = dlopen(fake_hsa_path, RTLD_NOW | RTLD_LOCAL);
+        if (handle_ == nullptr) throw std::runtime_error(std::string("dlopen fake: ") + dlerror());
+        bind(reset_, "fake_hsa_reset");
+        bind(set_init_status_, "fake_hsa_set_init_status");
+        bind(set_gpu_agent_count_, "fake_hsa_set_gpu_agent_count");
+        bind(set_fail_lock_at_, "fake_hsa_set_fail_lock_at");
+        bind(live_locks_, "fake_hsa_live_locks");
+        bind(live_bytes_, "fake_hsa_live_bytes");
+        bind(is_locked_, "fake_hsa_is_locked");
+        bind(lock_calls_, "fake_hsa_lock_calls");
+        bind(unlock_calls_, "fake_hsa_unlock_calls");
+        bind(init_count_, "fake_hsa_init_count");
+        bind(misuse_count_, "fake_hsa_misuse_count");
+        bind(last_lock_agents_, "fake_hsa_last_lock_agents");
+        bind(agent_handle_, "fake_hsa_agent_handle");
+        bind(agent_aperture_, "fake_hsa_agent_aperture");
+    }
+    // The handle is deliberately never closed (see above).
+    FakeHsa(const FakeHsa&) = delete;
+    FakeHsa& operator=(const FakeHsa&) = delete;
+
+    /// One CPU and one GPU agent, hsa_init succeeds, no injected failure, counters zeroed.
+    void reset() { reset_(); }
+    void set_init_status(int status) { set_init_status_(status); }
+    void set_gpu_agent_count(int count) { set_gpu_agent_count_(count); }
+    /// The n-th lock from now (1-based) fails with `status`; 0: never.
+    void set_fail_lock_at(long n, int status) { set_fail_lock_at_(n, status); }
+    long live_locks() const { return live_locks_(); }
+    std::uint64_t live_bytes() const { return live_bytes_(); }
+    bool is_locked(const void* host, std::uint64_t size) const { return is_locked_(host, size) != 0; }
+    long lock_calls() const { return lock_calls_(); }
+    long unlock_calls() const { return unlock_calls_(); }
+    int init_count() const { return init_count_(); }
+    long misuse_count() const { return misuse_count_(); }
+    std::vector<std::uint64_t> last_lock_agents() const {
+        std::vector<std::uint64_t> out(16);
+        int n = last_lock_agents_(out.data(), static_cast<int>(out.size()));
+        out.resize(static_cast<std::size_t>(n));
+        return out;
+    }
+    /// 0: the CPU agent; 1..: the GPU agents.
+    std::uint64_t agent_handle(int index) const { return agent_handle_(index); }
+    std::uint64_t agent_aperture() const { return agent_aperture_(); }
+
+    /// An HSA importer on the fake with `params` (library_path filled in).
+    std::unique_ptr<Importer> importer(HsaImporterParams params = {}) const {
+        params.library_path = fake_hsa_path;
+        auto made = make_hsa_importer(params);
+        if (!made) throw std::runtime_error("make_hsa_importer: " + made.error().message);
+        return std::move(made).value();
+    }
+
+private:
+    template <class Fn>
+    void bind(Fn& fn, const char* name) {
+        fn = reinterpret_cast<Fn>(dlsym(handle_, name));
+        if (fn == nullptr) throw std::runtime_error(std::string("fake lacks ") + name);
+    }
+    void* handle_ = nullptr;
+    void (*reset_)() = nullptr;
+    void (*set_init_status_)(int) = nullptr;
+    void (*set_gpu_agent_count_)(int) = nullptr;
+    void (*set_fail_lock_at_)(long, int) = nullptr;
+    long (*live_locks_)() = nullptr;
+    std::uint64_t (*live_bytes_)() = nullptr;
+    int (*is_locked_)(const void*, std::uint64_t) = nullptr;
+    long (*lock_calls_)() = nullptr;
+    long (*unlock_calls_)() = nullptr;
+    int (*init_count_)() = nullptr;
+    long (*misuse_count_)() = nullptr;
+    int (*last_lock_agents_)(std::uint64_t*, int) = nullptr;
+    std::uint64_t (*agent_handle_)(int) = nullptr;
+    std::uint64_t (*agent_aperture_)() = nullptr;
+};
+
+/// A test's own MAP_SHARED mapping of a file, writable or PROT_READ.
+class FileMapping {
+public:
+    FileMapping(const std::string& path, std::uint64_t size, bool writable) {
+        int fd = open(path.c_str(), writable ? O_RDWR : O_RDONLY);
+        if (fd < 0) throw std::runtime_error("open " + path);
+        const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+        length_ = (size + page - 1) / page * page;
+        void* p = mmap(nullptr, length_, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) throw std::runtime_error("mmap " + path);
+        base_ = static_cast<std::byte*>(p);
+    }
+    ~FileMapping() { munmap(base_, length_); }
+    FileMapping(const FileMapping&) = delete;
+    FileMapping& operator=(const FileMapping&) = delete;
+    std::byte* base() const { return base_; }
+    std::uint64_t length() const { return length_; }
+    MappedFile view() const { return {base_, length_}; }
+
+private:
+    std::byte* base_ = nullptr;
+    std::uint64_t length_ = 0;
+};
+
+} // namespace wm::test

@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+// A fake HSA runtime, loaded by the HSA importer in place of libhsa-runtime64.so.1. It exports the
+// entry points the importer uses with the real signatures (the HSA headers declare them, so a
+// drift fails to compile) and enforces what the real runtime does, as measured upstream:
+//   * hsa_amd_memory_lock of an address that is not page-aligned fails with HSA_STATUS_ERROR;
+//   * so does a range whose pages are not all writable (checked in /proc/self/maps);
+//   * every lock needs an unlock: hsa_shut_down and library unload report live locks, and unload
+//     ends the process with status 1 so a leak can never pass silently.
+// Tests steer it through the fake_hsa_* functions (looked up with dlsym).
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <hsa/hsa.h>
+#include <hsa/hsa_ext_amd.h>
+
+namespace {
+
+constexpr std::uint64_t cpu_agent_handle = 0x1000;
+constexpr std::uint64_t first_gpu_handle = 0x2000;
+// Agent pointers are host + this, so a test sees that the importer hands back the runtime's
+// pointer and not the host one.
+constexpr std::uintptr_t agent_aperture = std::uintptr_t{1} << 44;
+
+struct LiveLock {
+    std::uintptr_t host;
+    std::size_t size;
+};
+
+struct State {
+    std::mutex mutex;
+    // configuration
+    hsa_status_t init_status = HSA_STATUS_SUCCESS;
+    int gpu_agents = 1;
+    long fail_lock_at = 0; // 1-based count of lock calls from the last setting; 0: never
+    hsa_status_t fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    // observation
+    int init_count = 0;
+    long lock_calls = 0, lock_calls_since_fail_set = 0, unlock_calls = 0, bad_unlocks = 0;
+    long leaked_at_shutdown = 0;
+    std::vector<std::uint64_t> last_lock_agents;
+    std::vector<LiveLock> locks;
+};
+
+// Never destroyed: report_leaks() runs after the exit handlers that destroy statics.
+State& state() {
+    static State* s = new State;
+    return *s;
+}
+
+bool known_agent(const State& s, std::uint64_t handle) {
+    if (handle == cpu_agent_handle) return true;
+    return handle >= first_gpu_handle &&
+           handle < first_gpu_handle + static_cast<std::uint64_t>(s.gpu_agents) * 0x10 &&
+           (handle - first_gpu_handle) % 0x10 == 0;
+}
+
+// True when every byte of [begin, end) lies in mappings with 'w' permission.
+bool range_writable(std::uintptr_t begin, std::uintptr_t end) {
+    FILE* maps = std::fopen("/proc/self/maps", "r");
+    if (maps == nullptr) return false;
+    char line[512];
+    std::uintptr_t covered = begin;
+    while (covered < end && std::fgets(line, sizeof line, maps) != nullptr) {
+        std::uintptr_t lo = 0, hi = 0;
+        char perms[8] = {};
+        if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s", &lo, &hi, perms) != 3) continue;
+        if (hi <= covered || lo > covered) continue; // lines are sorted by address
+        if (perms[1] != 'w') break;
+        covered = hi;
+    }
+    std::fclose(maps);
+    return covered >= end;
+}
+
+// Runs at library unload (process exit: the tests keep their own handle open).
+__attribute__((destructor)) void report_leaks() {
+    State& s = state();
+    if (s.locks.empty() && s.leaked_at_shutdown == 0 && s.bad_unlocks == 0) return;
+    std::fprintf(stderr,
+                 "fake HSA runtime: %zu lock(s) still live at unload, %ld leaked at hsa_shut_down, "
+                 "%ld unlock(s) of pointers never locked\n",
+                 s.locks.size(), s.leaked_at_shutdown, s.bad_unlocks);
+    for (const LiveLock& l : s.locks)
+        std::fprintf(stderr, "  live lock %#" PRIxPTR " +%#zx\n", l.host, l.size);
+    std::fflush(nullptr); // _exit does not flush, and the test's own output explains the leak
+    _exit(1);
+}
+
+} // namespace
+
+// --- the HSA API ------------------------------------------------------------------------------
+
+hsa_status_t HSA_API hsa_init() {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.init_status != HSA_STATUS_SUCCESS) return s.init_status;
+    ++s.init_count;
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t HSA_API hsa_shut_down() {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.init_count == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+    if (--s.init_count == 0 && !s.locks.empty()) {
+        std::fprintf(stderr, "fake HSA runtime: hsa_shut_down with %zu live lock(s)\n",
+                     s.locks.size());
+        s.leaked_at_shutdown += static_cast<long>(s.locks.size());
+        s.locks.clear();
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t HSA_API hsa_status_string(hsa_status_t status, const char** status_string) {
+    if (status_string == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    switch (status) { // the real runtime's strings (ROCm 5.2)
+    case HSA_STATUS_SUCCESS:
+        *status_string = "HSA_STATUS_SUCCESS: The function has been executed successfully.";
+        return HSA_STATUS_SUCCESS;
+    case HSA_STATUS_ERROR:
+        *status_string = "HSA_STATUS_ERROR: A generic error has occurred.";
+        return HSA_STATUS_SUCCESS;
+    case HSA_STATUS_ERROR_INVALID_ARGUMENT:
+        *status_string = "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not "
+                         "meet a precondition stated in the documentation of the corresponding "
+                         "formal argument.";
+        return HSA_STATUS_SUCCESS;
+    case HSA_STATUS_ERROR_INVALID_AGENT:
+        *status_string = "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid.";
+        return HSA_STATUS_SUCCESS;
+    case HSA_STATUS_ERROR_OUT_OF_RESOURCES:
+        *status_string = "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the "
+                         "necessary resources. This error may also occur when the core runtime "
+                         "library needs to spawn threads or create internal OS-specific events.";
+        return HSA_STATUS_SUCCESS;
+    case HSA_STATUS_ERROR_NOT_INITIALIZED:
+        *status_string = "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been "
+                         "invoked while the reference count of the HSA runtime is zero.";
+        return HSA_STATUS_SUCCESS;
+    default:
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+}
+
+hsa_status_t HSA_API hsa_iterate_agents(hsa_status_t (*callback)(hsa_agent_t agent, void* data),
+                                        void* data) {
+    State& s = state();
+    int gpus = 0;
+    {
+        std::lock_guard<std::mutex> guard(s.mutex);
+        if (s.init_count == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+        gpus = s.gpu_agents;
+    }
+    if (callback == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    // The callback may call back into the runtime, so no lock is held while it runs.
+    if (hsa_status_t st = callback(hsa_agent_t{cpu_agent_handle}, data); st != HSA_STATUS_SUCCESS)
+        return st;
+    for (int i = 0; i < gpus; ++i) {
+        const hsa_agent_t gpu{first_gpu_handle + static_cast<std::uint64_t>(i) * 0x10};
+        if (hsa_status_t st = callback(gpu, data); st != HSA_STATUS_SUCCESS) return st;
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t HSA_API hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute,
+                                        void* value) {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.init_count == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+    if (!known_agent(s, agent.handle)) return HSA_STATUS_ERROR_INVALID_AGENT;
+    if (value == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    const bool gpu = agent.handle != cpu_agent_handle;
+    switch (attribute) {
+    case HSA_AGENT_INFO_DEVICE:
+        *static_cast<hsa_device_type_t*>(value) = gpu ? HSA_DEVICE_TYPE_GPU : HSA_DEVICE_TYPE_CPU;
+        return HSA_STATUS_SUCCESS;
+    case HSA_AGENT_INFO_NAME: {
+        char name[64] = {};
+        std::snprintf(name, sizeof name, "%s", gpu ? "gfx1151" : "fake-cpu");
+        std::memcpy(value, name, sizeof name);
+        return HSA_STATUS_SUCCESS;
+    }
+    default:
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+}
+
+hsa_status_t HSA_API hsa_amd_memory_lock(void* host_ptr, size_t size, hsa_agent_t* agents,
+                                         int num_agent, void** agent_ptr) {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.init_count == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+    ++s.lock_calls;
+    ++s.lock_calls_since_fail_set;
+    if (host_ptr == nullptr || size == 0 || agent_ptr == nullptr || num_agent < 0 ||
+        (agents == nullptr) != (num_agent == 0))
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    s.last_lock_agents.clear();
+    for (int i = 0; i < num_agent; ++i) {
+        if (!known_agent(s, agents[i].handle)) return HSA_STATUS_ERROR_INVALID_AGENT;
+        s.last_lock_agents.push_back(agents[i].handle);
+    }
+    const auto host = reinterpret_cast<std::uintptr_t>(host_ptr);
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    // Both measured on the real runtime: a bare HSA_STATUS_ERROR, nothing more specific.
+    if (host % page != 0) return HSA_STATUS_ERROR;
+    if (size > UINTPTR_MAX - host || !range_writable(host, host + size)) return HSA_STATUS_ERROR;
+    if (s.fail_lock_at != 0 && s.lock_calls_since_fail_set == s.fail_lock_at)
+        return s.fail_lock_status;
+    s.locks.push_back({host, size});
+    *agent_ptr = reinterpret_cast<void*>(host + agent_aperture);
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t HSA_API hsa_amd_memory_unlock(void* host_ptr) {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    if (s.init_count == 0) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+    ++s.unlock_calls;
+    const auto host = reinterpret_cast<std::uintptr_t>(host_ptr);
+    for (auto it = s.locks.rbegin(); it != s.locks.rend(); ++it) {
+        if (it->host != host) continue;
+        s.locks.erase(std::next(it).base());
+        return HSA_STATUS_SUCCESS;
+    }
+    // Undefined behaviour on the real runtime; the fake records it and fails the process.
+    ++s.bad_unlocks;
+    std::fprintf(stderr, "fake HSA runtime: unlock of %p, which is not locked\n", host_ptr);
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+// --- control, for tests -----------------------------------------------------------------------
+
+extern "C" {
+
+/// Restores the default configuration (one CPU and one GPU agent, hsa_init succeeds, no
+/// injected failure) and zeroes the call counters. Live locks are kept: they are a test's leak.
+void fake_hsa_reset() {
+    State& s = state();
+    std::lock_guard<std::mutex> guard(s.mutex);
+    s.init_status = HSA_STATUS_SUCCESS;
+    s.gpu_agents = 1;
+    s.fail_lock_at = 0;
+    s.fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    s.lock_calls = s.lock_calls_since_fail_set = s.unlock_calls = 0;
+    s.last_lock_agents.clear();
+}
+
+/// hsa_init returns `status` (an hsa_status_t) without initialising; HSA_STATUS_SUCCESS restores.
+void fake_hsa_set_init_status(int status) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    state().init_status = static_cast<hsa_status_t>(status);
+}
+
+/// Number of GPU agents after the one CPU agent.
+void fake_hsa_set_gpu_agent_count(int count) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    state().gpu_agents = count;
+}
+
+/// The n-th hsa_amd_memory_lock call from now (1-based) fails with `status`; n = 0: never.
+void fake_hsa_set_fail_lock_at(long n, int status) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    state().fail_lock_at = n;
+    state().fail_lock_status = static_cast<hsa_status_t>(status);
+    state().lock_calls_since_fail_set = 0;
+}
+
+long fake_hsa_live_locks() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return static_cast<long>(state().locks.size());
+}
+
+/// Total bytes of the live locks.
+std::uint64_t fake_hsa_live_bytes() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    std::uint64_t bytes = 0;
+    for (const LiveLock& l : state().locks) bytes += l.size;
+    return bytes;
+}
+
+/// Whether [host, host + size) is exactly one live lock.
+int fake_hsa_is_locked(const void* host, std::uint64_t size) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    for (const LiveLock& l : state().locks)
+        if (l.host == reinterpret_cast<std::uintptr_t>(host) && l.size == size) return 1;
+    return 0;
+}
+
+long fake_hsa_lock_calls() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return state().lock_calls;
+}
+
+long fake_hsa_unlock_calls() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return state().unlock_calls;
+}
+
+/// Current hsa_init reference count.
+int fake_hsa_init_count() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return state().init_count;
+}
+
+/// Locks dropped by hsa_shut_down and unlocks of pointers never locked, since load.
+long fake_hsa_misuse_count() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return state().leaked_at_shutdown + state().bad_unlocks;
+}
+
+/// Copies the agent handles of the last hsa_amd_memory_lock call that got past argument checks
+/// into out[0..max) and returns how many there were.
+int fake_hsa_last_lock_agents(std::uint64_t* out, int max) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    const auto& agents = state().last_lock_agents;
+    for (int i = 0; i < max && i < static_cast<int>(agents.size()); ++i)
+        out[i] = agents[static_cast<std::size_t>(i)];
+    return static_cast<int>(agents.size());
+}
+
+/// Handle of agent `index`: 0 is the CPU agent, 1.. the GPUs.
+std::uint64_t fake_hsa_agent_handle(int index) {
+    return index == 0 ? cpu_agent_handle
+                      : first_gpu_handle + static_cast<std::uint64_t>(index - 1) * 0x10;
+}
+
+/// What the fake adds to a host address to make its agent pointer.
+std::uint64_t fake_hsa_agent_aperture() {
+    return agent_aperture;
+}
+
+} // extern "C"
