@@ -212,7 +212,12 @@ TEST_CASE("populate + mlock of a 64 MiB file grows RssFile, not RssAnon", "[mapp
         INFO("access " << to_string(access));
         CHECK(*delta(before.rss_file, after.rss_file) >= static_cast<std::int64_t>(60 * MiB));
         CHECK(std::llabs(*delta(before.rss_anon, after.rss_anon)) <= static_cast<long long>(MiB));
+#if defined(__SANITIZE_ADDRESS__)
+        // ASan's mlock interceptor does nothing (it cannot lock its shadow): VmLck stays put.
+        WARN("VmLck not checked under AddressSanitizer");
+#else
         CHECK(*delta(before.vm_lck, after.vm_lck) == static_cast<std::int64_t>(64 * MiB));
+#endif
     }
 }
 
