@@ -8,39 +8,9 @@
 #include <span>
 #include <string>
 
-#include "formats/model_invariants.hpp"
-#include "weightmap/formats.hpp"
-#include "weightmap/placement_rules.hpp"
-#include "weightmap/planner.hpp"
+#include "fuzz/fuzz_model_check.hpp"
 
-namespace {
-
-void check(const wm::Result<wm::ModelInfo>& model) {
-    if (!model) {
-        if (model.error().message.empty()) __builtin_trap();
-        return;
-    }
-    if (!wm::test::model_invariant_violation(*model).empty()) __builtin_trap();
-    static const wm::PlacementRules rules = [] {
-        wm::PlacementRules r;
-        r.add_cpu_moe();
-        return r;
-    }();
-    auto desc = wm::to_model_desc(*model, rules,
-                                  [](std::string_view name) -> wm::Result<wm::TargetDesc> {
-        wm::TargetDesc t;
-        t.name = std::string(name);
-        t.caps.is_cpu = name == wm::cpu_target_name;
-        return t;
-    });
-    if (!desc) __builtin_trap();
-    wm::PlanOptions options;
-    options.import_enabled = true;
-    options.page_size = 4096;
-    if (!wm::make_plan(*desc, options)) __builtin_trap();
-}
-
-} // namespace
+using wm::fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
