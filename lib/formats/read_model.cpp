@@ -19,6 +19,22 @@ Result<ParsedFile> parse_path(const std::string& path, const ReadLimits& limits,
     return parse(*source, path, source->size(), limits);
 }
 
+Result<ModelInfo> parse_memory(std::span<const std::byte> head, std::uint64_t file_size,
+                               std::string_view path, const ReadLimits& limits,
+                               Result<ParsedFile> (*parse)(const Source&, std::string,
+                                                           std::uint64_t, const ReadLimits&)) {
+    if (file_size < head.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{}: file size {} is smaller than the {} bytes given", path,
+                                      file_size, head.size()));
+    MemorySource source(head, path);
+    auto parsed = parse(source, std::string(path), file_size, limits);
+    if (!parsed) return std::move(parsed).error();
+    std::vector<ParsedFile> files;
+    files.push_back(std::move(parsed).value());
+    return assemble(std::move(files));
+}
+
 Result<ModelInfo> assemble(std::vector<ParsedFile> files) {
     ModelInfo model;
     if (!files.empty()) model.architecture = std::move(files[0].architecture);

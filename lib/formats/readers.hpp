@@ -31,6 +31,12 @@ Result<ParsedFile> parse_path(const std::string& path, const ReadLimits& limits,
                               Result<ParsedFile> (*parse)(const Source&, std::string,
                                                           std::uint64_t, const ReadLimits&));
 
+/// Parses one file held in memory (the fuzzers' entry) with `parse` and assembles it.
+Result<ModelInfo> parse_memory(std::span<const std::byte> head, std::uint64_t file_size,
+                               std::string_view path, const ReadLimits& limits,
+                               Result<ParsedFile> (*parse)(const Source&, std::string,
+                                                           std::uint64_t, const ReadLimits&));
+
 /// Joins files into one model (tensor file indices set), refusing a tensor name that two files
 /// share. The architecture is the first file's.
 Result<ModelInfo> assemble(std::vector<ParsedFile> files);

@@ -560,16 +560,7 @@ Result<ModelInfo> read_safetensors(std::span<const std::string> paths, const Rea
 
 Result<ModelInfo> parse_safetensors(std::span<const std::byte> head, std::uint64_t file_size,
                                     std::string_view path, const ReadLimits& limits) {
-    if (file_size < head.size())
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("{}: file size {} is smaller than the {} bytes given", path,
-                                      file_size, head.size()));
-    formats::MemorySource source(head, path);
-    auto parsed = formats::parse_safetensors_file(source, std::string(path), file_size, limits);
-    if (!parsed) return std::move(parsed).error();
-    std::vector<formats::ParsedFile> files;
-    files.push_back(std::move(parsed).value());
-    return formats::assemble(std::move(files));
+    return formats::parse_memory(head, file_size, path, limits, &formats::parse_safetensors_file);
 }
 
 } // namespace wm
