@@ -7,46 +7,15 @@
 #include <random>
 #include <set>
 
+#include "support/plan_fixtures.hpp"
 #include "weightmap/planner.hpp"
 
 using namespace wm;
+using namespace wm::test;
 
 namespace {
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
 constexpr std::uint64_t page = 4096;
-
-TargetDesc device_target(std::string name, std::uint64_t alignment = 1,
-                         std::uint64_t max_import = 0) {
-    TargetDesc t;
-    t.name = std::move(name);
-    t.importer_key = t.name;
-    t.caps.alignment = alignment;
-    t.caps.max_import_size = max_import;
-    return t;
-}
-
-TargetDesc cpu_target() {
-    TargetDesc t;
-    t.name = "CPU";
-    t.importer_key = "cpu";
-    t.caps.is_cpu = true;
-    return t;
-}
-
-PlanOptions opts(PlanMode mode = PlanMode::runs) {
-    PlanOptions o;
-    o.mode = mode;
-    o.page_size = page;
-    o.import_enabled = true;
-    return o;
-}
-
-Plan plan_ok(const ModelDesc& m, const PlanOptions& o) {
-    Result<Plan> r = make_plan(m, o);
-    INFO((r ? std::string() : r.error().message));
-    REQUIRE(r.ok());
-    return std::move(r).value();
-}
 
 // Every imported tensor: extent offset + offset_in_run == file offset, the extent holds the
 // tensor, extents are aligned and inside the mapped length.
@@ -82,7 +51,7 @@ TEST_CASE("tensors are grouped by (target, file) whatever their order", "[planne
         {"t3", 1, 10 * MiB, MiB, 2}, {"t4", 0, MiB, MiB, 0},     {"t5", 1, 41 * MiB, MiB, 0},
         {"t6", 0, 3 * MiB, 100, 2},
     };
-    Plan p = plan_ok(m, opts());
+    Plan p = plan_ok(m, plan_options());
     REQUIRE(p.regions.size() == 5);
     std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
     for (const PlanRegion& r : p.regions) {
@@ -125,7 +94,7 @@ TEST_CASE("gate mode: a region that fails the gate falls back with its numbers",
     // Device tensors at both ends of the file, CPU experts in between.
     m.tensors = {{"attn.0", 0, 0, MiB, 0}, {"exps", 0, MiB, 60 * MiB, 1},
                  {"attn.1", 0, 61 * MiB, MiB, 0}};
-    Plan gate = plan_ok(m, opts(PlanMode::gate));
+    Plan gate = plan_ok(m, plan_options(PlanMode::gate));
     const PlanRegion& r = gate.regions[0];
     CHECK_FALSE(r.gate);
     CHECK(r.decision == Decision::fallback);
@@ -139,11 +108,11 @@ TEST_CASE("gate mode: a region that fails the gate falls back with its numbers",
     // The CPU region is always passthrough, whatever its gate.
     CHECK(gate.regions[1].decision == Decision::import);
 
-    Plan span = plan_ok(m, opts(PlanMode::span));
+    Plan span = plan_ok(m, plan_options(PlanMode::span));
     REQUIRE(span.regions[0].runs.size() == 1);
     CHECK(span.totals.pinned_bytes == 62 * MiB);
 
-    Plan runs = plan_ok(m, opts(PlanMode::runs));
+    Plan runs = plan_ok(m, plan_options(PlanMode::runs));
     CHECK(runs.regions[0].decision == Decision::import);
     CHECK(runs.regions[0].runs.size() == 2);
     CHECK(runs.totals.imported_bytes == 2 * MiB);
@@ -156,7 +125,7 @@ TEST_CASE("extents are the page-aligned superset; offsets resolve for every tens
     m.files = {{"w.gguf", 10 * MiB + 123}};
     m.targets = {device_target("GPU0")};
     m.tensors = {{"a", 0, 1000, 5000, 0}, {"b", 0, 6000, 70000, 0}, {"c", 0, 76032, 33, 0}};
-    Plan p = plan_ok(m, opts());
+    Plan p = plan_ok(m, plan_options());
     REQUIRE(p.regions[0].runs.size() == 1);
     const PlanRun& run = p.regions[0].runs[0];
     CHECK(run.extent_offset == 0);
@@ -169,9 +138,9 @@ TEST_CASE("extents are the page-aligned superset; offsets resolve for every tens
 TEST_CASE("importer alignment larger than a page widens the superset", "[planner]") {
     ModelDesc m;
     m.files = {{"w.gguf", 4 * MiB}};
-    m.targets = {device_target("GPU0", 64 * KiB)};
+    m.targets = {device_target("GPU0", {}, 64 * KiB)};
     m.tensors = {{"a", 0, 100 * KiB, 10 * KiB, 0}};
-    Plan p = plan_ok(m, opts());
+    Plan p = plan_ok(m, plan_options());
     REQUIRE(p.regions[0].runs.size() == 1);
     const PlanRun& run = p.regions[0].runs[0];
     CHECK(run.extent_offset == 64 * KiB);
@@ -185,16 +154,16 @@ TEST_CASE("an extent never runs past the mapped length: the plan says so", "[pla
     // 100 KiB + 10 bytes: mapped length is 26 pages (104 KiB). With 64 KiB alignment the tail
     // tensor's extent would end at 128 KiB, past the mapping.
     m.files = {{"short.gguf", 100 * KiB + 10}};
-    m.targets = {device_target("GPU0", 64 * KiB)};
+    m.targets = {device_target("GPU0", {}, 64 * KiB)};
     m.tensors = {{"head", 0, 0, 8 * KiB, 0}, {"tail", 0, 90 * KiB, 10 * KiB + 10, 0}};
     // Mode gate imports the region as one extent, so the whole region falls back.
-    Plan p = plan_ok(m, opts(PlanMode::gate));
+    Plan p = plan_ok(m, plan_options(PlanMode::gate));
     const PlanRegion& r = p.regions[0];
     CHECK(r.decision == Decision::fallback);
     CHECK_THAT(r.reason, Catch::Contains("runs past the mapped length 0x1a000") &&
                              Catch::Contains("short.gguf"));
     // Mode runs cuts between page-disjoint clusters: only the tail falls back, with the reason.
-    Plan pr = plan_ok(m, opts(PlanMode::runs));
+    Plan pr = plan_ok(m, plan_options(PlanMode::runs));
     REQUIRE(pr.regions[0].decision == Decision::import);
     REQUIRE(pr.regions[0].runs.size() == 1);
     CHECK(pr.regions[0].runs[0].extent_offset == 0);
@@ -207,7 +176,7 @@ TEST_CASE("an extent never runs past the mapped length: the plan says so", "[pla
     // With page alignment the last partial page is fine.
     ModelDesc m2 = m;
     m2.targets[0].caps.alignment = 1;
-    Plan p2 = plan_ok(m2, opts());
+    Plan p2 = plan_ok(m2, plan_options());
     REQUIRE(p2.regions[0].runs.size() == 1);
     CHECK(p2.regions[0].runs[0].extent_offset + p2.regions[0].runs[0].extent_size == 104 * KiB);
     check_resolution(m2, p2);
@@ -218,20 +187,20 @@ TEST_CASE("invalid descriptions are errors naming the tensor and field", "[plann
     m.files = {{"w.gguf", MiB}};
     m.targets = {device_target("GPU0")};
     m.tensors = {{"ok", 0, 0, 10, 0}, {"bad", 0, MiB - 5, 10, 0}};
-    Result<Plan> r = make_plan(m, opts());
+    Result<Plan> r = make_plan(m, plan_options());
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().kind == ErrorKind::invalid_argument);
     CHECK_THAT(r.error().message, Catch::Contains("'bad'") && Catch::Contains("w.gguf"));
 
     m.tensors = {{"wrap", 0, UINT64_MAX - 2, 10, 0}};
-    CHECK_FALSE(make_plan(m, opts()).ok());
+    CHECK_FALSE(make_plan(m, plan_options()).ok());
     m.tensors = {{"nofile", 3, 0, 10, 0}};
-    CHECK_THAT(make_plan(m, opts()).error().message, Catch::Contains("file index 3"));
+    CHECK_THAT(make_plan(m, plan_options()).error().message, Catch::Contains("file index 3"));
     m.tensors = {{"notarget", 0, 0, 10, 7}};
-    CHECK_THAT(make_plan(m, opts()).error().message, Catch::Contains("target index 7"));
+    CHECK_THAT(make_plan(m, plan_options()).error().message, Catch::Contains("target index 7"));
     m.tensors = {{"ok", 0, 0, 10, 0}};
     m.targets[0].caps.alignment = 3000;
-    CHECK_THAT(make_plan(m, opts()).error().message, Catch::Contains("not a power of two"));
+    CHECK_THAT(make_plan(m, plan_options()).error().message, Catch::Contains("not a power of two"));
 }
 
 TEST_CASE("A/B switch: import disabled makes every device region a fallback", "[planner][ab]") {
@@ -240,14 +209,14 @@ TEST_CASE("A/B switch: import disabled makes every device region a fallback", "[
     m.targets = {device_target("GPU0"), cpu_target()};
     m.tensors = {{"a", 0, 0, MiB, 0}, {"b", 0, MiB, MiB, 1}};
 
-    PlanOptions off = opts();
+    PlanOptions off = plan_options();
     off.import_enabled = false;
     Plan p = plan_ok(m, off);
     CHECK(p.regions[0].decision == Decision::fallback);
     CHECK(p.regions[0].reason == "disabled by PlanOptions::import_enabled = false");
     CHECK(p.regions[1].decision == Decision::import); // the CPU reads the mapping in place
 
-    PlanOptions env = opts();
+    PlanOptions env = plan_options();
     env.import_enabled.reset();
     setenv("WEIGHTMAP_IMPORT", "0", 1);
     Plan pe = plan_ok(m, env);
@@ -264,10 +233,10 @@ TEST_CASE("A/B switch: import disabled makes every device region a fallback", "[
 TEST_CASE("a tensor larger than the importer's limit falls back alone", "[planner]") {
     ModelDesc m;
     m.files = {{"w.gguf", 64 * MiB}};
-    m.targets = {device_target("GPU0", 1, 8 * MiB)};
+    m.targets = {device_target("GPU0", {}, 1, 8 * MiB)};
     m.tensors = {{"small", 0, 0, 4 * MiB, 0}, {"huge", 0, 4 * MiB, 20 * MiB, 0},
                  {"small2", 0, 24 * MiB, 4 * MiB, 0}};
-    Plan p = plan_ok(m, opts());
+    Plan p = plan_ok(m, plan_options());
     CHECK(p.tensors[1].run == no_index);
     CHECK_THAT(p.tensors[1].reason, Catch::Contains("maximum import size 8388608"));
     CHECK(p.tensors[0].run != no_index);
@@ -283,7 +252,7 @@ TEST_CASE("randomised layouts always resolve correctly in every mode", "[planner
         std::uint32_t files = 1 + rng() % 3;
         for (std::uint32_t f = 0; f < files; ++f)
             m.files.push_back({"f" + std::to_string(f), 0});
-        m.targets = {device_target("GPU0", rng() % 2 ? 1 : 64 * KiB, rng() % 3 ? 0 : 4 * MiB),
+        m.targets = {device_target("GPU0", {}, rng() % 2 ? 1 : 64 * KiB, rng() % 3 ? 0 : 4 * MiB),
                      device_target("GPU1"), cpu_target()};
         std::vector<std::uint64_t> cursor(files, 0);
         std::uint32_t n = 1 + rng() % 60;
@@ -298,7 +267,7 @@ TEST_CASE("randomised layouts always resolve correctly in every mode", "[planner
         for (std::uint32_t f = 0; f < files; ++f) m.files[f].size = cursor[f] + rng() % 5000;
         std::shuffle(m.tensors.begin(), m.tensors.end(), rng);
         for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
-            Plan p = plan_ok(m, opts(mode));
+            Plan p = plan_ok(m, plan_options(mode));
             check_resolution(m, p);
             CHECK(p.totals.imported_bytes + p.totals.fallback_bytes == p.totals.device_bytes);
         }

@@ -17,46 +17,15 @@
 #include "fakes/fake_importers.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/executor.hpp"
+#include "support/plan_fixtures.hpp"
 #include "weightmap/planner.hpp"
 
 using namespace wm;
+using namespace wm::test;
 
 namespace {
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
 constexpr std::uint64_t page = 4096;
-
-TargetDesc device(std::string name, std::string importer = {}, std::uint64_t alignment = page,
-                  std::uint64_t max_import = 0) {
-    TargetDesc t;
-    t.name = std::move(name);
-    t.importer_key = importer.empty() ? t.name : std::move(importer);
-    t.caps.alignment = alignment;
-    t.caps.max_import_size = max_import;
-    return t;
-}
-
-TargetDesc cpu() {
-    TargetDesc t;
-    t.name = "CPU";
-    t.importer_key = "cpu";
-    t.caps.is_cpu = true;
-    return t;
-}
-
-PlanOptions opts(PlanMode mode = PlanMode::runs) {
-    PlanOptions o;
-    o.mode = mode;
-    o.page_size = page;
-    o.import_enabled = true;
-    return o;
-}
-
-Plan plan_ok(const ModelDesc& m, const PlanOptions& o) {
-    Result<Plan> r = make_plan(m, o);
-    INFO((r ? std::string() : r.error().message));
-    REQUIRE(r.ok());
-    return std::move(r).value();
-}
 
 std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -184,7 +153,7 @@ TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[
     auto layout = [](std::uint64_t gap) {
         ModelDesc m;
         m.files = {{"w.gguf", 0}};
-        m.targets = {device("GPU0"), cpu()};
+        m.targets = {device_target("GPU0"), cpu_target()};
         Appender a{m};
         a.add(16 * MiB, 0, page);
         if (gap != 0) a.add(gap, 1, page);
@@ -195,7 +164,7 @@ TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[
     };
     auto runs_for = [&](std::uint64_t gap, std::uint64_t merge_gap) {
         ModelDesc m = layout(gap);
-        PlanOptions o = opts();
+        PlanOptions o = plan_options();
         o.merge_gap = merge_gap;
         Plan p = plan_ok(m, o);
         check_invariants(m, p, o);
@@ -214,7 +183,7 @@ TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[
 
     // The merged run pins the gap: pinned = both tensors + the gap + the far tensor.
     ModelDesc m = layout(MiB - page);
-    Plan p = plan_ok(m, opts());
+    Plan p = plan_ok(m, plan_options());
     CHECK(p.totals.pinned_bytes == 16 * MiB + (MiB - page) + 16 * MiB + MiB);
     CHECK(p.totals.imported_bytes == 33 * MiB);
     CHECK_THAT(p.regions[0].reason, Catch::Contains("not tight") &&
@@ -225,7 +194,7 @@ TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[
 TEST_CASE("tensors sharing a page always share one import", "[runs]") {
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0"), cpu()};
+    m.targets = {device_target("GPU0"), cpu_target()};
     Appender a{m};
     // Three device tensors packed at 32-byte alignment share pages: one cluster, never cut,
     // even with merge_gap 0. Then a far one so the region is planned as runs.
@@ -234,7 +203,7 @@ TEST_CASE("tensors sharing a page always share one import", "[runs]") {
     a.add(9000, 0);
     a.add(64 * MiB, 1, page);
     a.add(MiB, 0, page);
-    PlanOptions o = opts();
+    PlanOptions o = plan_options();
     o.merge_gap = 0;
     Plan p = plan_ok(m, o);
     check_invariants(m, p, o);
@@ -251,7 +220,7 @@ TEST_CASE("gaps below the threshold are merged only as far as every run passes t
     // not (span 3332 KiB, limit 1456 KiB). Smallest gaps first: the 900 KiB one stays open.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0"), cpu()};
+    m.targets = {device_target("GPU0"), cpu_target()};
     Appender a{m};
     for (int group = 0; group < 2; ++group) {
         for (int i = 0; i < 3; ++i) {
@@ -260,8 +229,8 @@ TEST_CASE("gaps below the threshold are merged only as far as every run passes t
         }
         if (group == 0) a.add(900 * KiB, 1, page);
     }
-    Plan p = plan_ok(m, opts());
-    check_invariants(m, p, opts());
+    Plan p = plan_ok(m, plan_options());
+    check_invariants(m, p, plan_options());
     const PlanRegion& r = p.regions[0];
     REQUIRE_FALSE(r.gate);
     REQUIRE(r.runs.size() == 2);
@@ -275,14 +244,14 @@ TEST_CASE("gaps below the threshold are merged only as far as every run passes t
     // never single tensors, every tensor imported.
     ModelDesc e;
     e.files = {{"e.gguf", 0}};
-    e.targets = {device("GPU0"), cpu()};
+    e.targets = {device_target("GPU0"), cpu_target()};
     Appender b{e};
     for (int i = 0; i < 200; ++i) {
         b.add(16 * KiB, 0, page);
         b.add(256 * KiB, 1, page);
     }
-    Plan pe = plan_ok(e, opts());
-    check_invariants(e, pe, opts());
+    Plan pe = plan_ok(e, plan_options());
+    check_invariants(e, pe, plan_options());
     CHECK(pe.totals.imported_bytes == pe.totals.device_bytes);
     CHECK(pe.regions[0].runs.size() == 40);
     for (const PlanRun& run : pe.regions[0].runs) CHECK(run.tensors.size() == 5);
@@ -294,15 +263,15 @@ TEST_CASE("a page-sharing cluster that fails the gate on its own falls back with
     // next, so the cluster cannot be cut, and it spans ~1.6 MiB for 80,000 bytes.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0"), cpu()};
+    m.targets = {device_target("GPU0"), cpu_target()};
     Appender a{m};
     for (std::uint64_t i = 0; i < 400; ++i)
         m.tensors.push_back({"straddle", 0, i * page + page - 100, 200, 0});
     a.cursor = 401 * page;
     a.add(64 * MiB, 1, page);
     const std::uint32_t dense = a.add(4 * MiB, 0, page);
-    Plan p = plan_ok(m, opts());
-    check_invariants(m, p, opts());
+    Plan p = plan_ok(m, plan_options());
+    check_invariants(m, p, plan_options());
     REQUIRE(p.regions[0].runs.size() == 1);
     CHECK(p.tensors[dense].run == 0);
     CHECK(p.tensors[0].run == no_index);
@@ -321,7 +290,7 @@ TEST_CASE("budget: merging across the smallest gaps first pins the fewest bytes 
         // region fails it. merge_gap 0: every gap separates.
         ModelDesc m;
         m.files = {{"w.gguf", 0}};
-        m.targets = {device("GPU0"), cpu()};
+        m.targets = {device_target("GPU0"), cpu_target()};
         Appender a{m};
         const int pieces = 3 + static_cast<int>(rng() % 6);
         for (int j = 0; j < pieces; ++j) {
@@ -332,7 +301,7 @@ TEST_CASE("budget: merging across the smallest gaps first pins the fewest bytes 
         a.add(300 * MiB, 1);
         a.add(MiB + rng() % MiB, 0);
 
-        PlanOptions unlimited = opts();
+        PlanOptions unlimited = plan_options();
         unlimited.merge_gap = 0;
         Plan free = plan_ok(m, unlimited);
         const PlanRegion& fr = free.regions[0];
@@ -388,7 +357,7 @@ TEST_CASE("budget: when the gate blocks merges, the runs with the fewest bytes f
     // Six device runs of distinct sizes 64 MiB apart: no merge can pass the gate.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0"), cpu()};
+    m.targets = {device_target("GPU0"), cpu_target()};
     Appender a{m};
     const std::uint64_t sizes[] = {5 * MiB, MiB, 6 * MiB, 2 * MiB, 4 * MiB, 3 * MiB};
     std::vector<std::uint32_t> ids;
@@ -396,7 +365,7 @@ TEST_CASE("budget: when the gate blocks merges, the runs with the fewest bytes f
         ids.push_back(a.add(s, 0, page));
         a.add(64 * MiB, 1, page);
     }
-    PlanOptions o = opts();
+    PlanOptions o = plan_options();
     o.max_imports_per_region = 4;
     Plan p = plan_ok(m, o);
     check_invariants(m, p, o);
@@ -423,11 +392,11 @@ TEST_CASE("budget: counted after the size limit, in every mode", "[runs][budget]
     // A tight 10 MiB region of page-aligned 1 MiB tensors, importer limit 2 MiB, budget 3.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0", "", page, 2 * MiB)};
+    m.targets = {device_target("GPU0", "", page, 2 * MiB)};
     Appender a{m};
     for (int i = 0; i < 10; ++i) a.add(MiB, 0, page);
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
-        PlanOptions o = opts(mode);
+        PlanOptions o = plan_options(mode);
         o.max_imports_per_region = 3;
         Plan p = plan_ok(m, o);
         check_invariants(m, p, o);
@@ -441,15 +410,15 @@ TEST_CASE("size limit: imports are cut at tensor boundaries, each tensor wholly 
     // Page-aligned tensors of 1-3 MiB: every boundary is page-disjoint, nothing is lost.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0", "", page, 8 * MiB)};
+    m.targets = {device_target("GPU0", "", page, 8 * MiB)};
     Appender a{m};
     std::mt19937_64 rng(3);
     for (int i = 0; i < 40; ++i) a.add(MiB + rng() % (2 * MiB), 0, page);
     const std::uint32_t huge = a.add(9 * MiB, 0, page);
     for (int i = 0; i < 5; ++i) a.add(MiB, 0, page);
     for (PlanMode mode : {PlanMode::gate, PlanMode::runs}) {
-        Plan p = plan_ok(m, opts(mode));
-        check_invariants(m, p, opts(mode));
+        Plan p = plan_ok(m, plan_options(mode));
+        check_invariants(m, p, plan_options(mode));
         CHECK(p.regions[0].runs.size() >= 2);
         CHECK(p.totals.imported_bytes == p.totals.device_bytes - 9 * MiB);
         CHECK(p.tensors[huge].run == no_index);
@@ -467,7 +436,7 @@ TEST_CASE("size limit cut inside a page-sharing cluster leaves the cheaper side 
     // must be cut; the cut goes next to the 8 KiB norm, and only the norm falls back.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0", "hsa", page, 4 * MiB)};
+    m.targets = {device_target("GPU0", "hsa", page, 4 * MiB)};
     Appender a{m};
     a.add(3 * MiB + 100, 0);
     a.add(MiB / 2, 0);
@@ -475,8 +444,8 @@ TEST_CASE("size limit cut inside a page-sharing cluster leaves the cheaper side 
     a.add(3 * MiB, 0);
     a.add(MiB / 2 + 7, 0);
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
-        Plan p = plan_ok(m, opts(mode));
-        check_invariants(m, p, opts(mode));
+        Plan p = plan_ok(m, plan_options(mode));
+        check_invariants(m, p, plan_options(mode));
         CHECK(p.totals.imports == 2);
         CHECK(p.totals.fallback_bytes == 8 * KiB);
         CHECK(p.tensors[norm].run == no_index);
@@ -496,7 +465,7 @@ TEST_CASE("targets sharing an importer never share a page; the cheaper side is l
                      std::string key0, std::string key1) {
         ModelDesc m;
         m.files = {{"w.gguf", 0}};
-        m.targets = {device("GPU0", std::move(key0)), device("GPU1", std::move(key1)), cpu()};
+        m.targets = {device_target("GPU0", std::move(key0)), device_target("GPU1", std::move(key1)), cpu_target()};
         Appender a{m};
         a.add(2 * MiB + 100, 0); // so that no boundary after it is page-aligned
         a.add(last_of_gpu0, 0);
@@ -507,8 +476,8 @@ TEST_CASE("targets sharing an importer never share a page; the cheaper side is l
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
         // A big tensor ends GPU0, a small one starts GPU1: GPU1's is left out.
         ModelDesc m = layout(3 * MiB, 8 * KiB, "hsa", "hsa");
-        Plan p = plan_ok(m, opts(mode));
-        check_invariants(m, p, opts(mode));
+        Plan p = plan_ok(m, plan_options(mode));
+        check_invariants(m, p, plan_options(mode));
         CHECK(p.tensors[2].run == no_index);
         CHECK_THAT(p.tensors[2].reason, Catch::Contains("target 'GPU0'") &&
                                             Catch::Contains("importer 'hsa'") &&
@@ -516,15 +485,15 @@ TEST_CASE("targets sharing an importer never share a page; the cheaper side is l
         CHECK(p.totals.fallback_bytes == 8 * KiB);
         // Reversed: GPU0 ends with the small one, which is left out instead.
         ModelDesc r = layout(8 * KiB, 3 * MiB, "hsa", "hsa");
-        Plan pr = plan_ok(r, opts(mode));
-        check_invariants(r, pr, opts(mode));
+        Plan pr = plan_ok(r, plan_options(mode));
+        check_invariants(r, pr, plan_options(mode));
         CHECK(pr.tensors[1].run == no_index);
         CHECK_THAT(pr.tensors[1].reason, Catch::Contains("target 'GPU1'"));
         CHECK(pr.totals.fallback_bytes == 8 * KiB);
         // Different importers may share a page: nothing is left out.
         ModelDesc d = layout(3 * MiB, 8 * KiB, "hsa", "vulkan");
-        Plan pd = plan_ok(d, opts(mode));
-        check_invariants(d, pd, opts(mode));
+        Plan pd = plan_ok(d, plan_options(mode));
+        check_invariants(d, pd, plan_options(mode));
         CHECK(pd.totals.fallback_bytes == 0);
     }
 }
@@ -533,13 +502,13 @@ TEST_CASE("interleaved targets of one importer: no shared page in any mode", "[r
     // Alternating GPU0 / GPU1 tensors, packed: span mode's extents overlap almost entirely.
     ModelDesc m;
     m.files = {{"w.gguf", 0}};
-    m.targets = {device("GPU0", "hsa"), device("GPU1", "hsa"), cpu()};
+    m.targets = {device_target("GPU0", "hsa"), device_target("GPU1", "hsa"), cpu_target()};
     Appender a{m};
     std::mt19937_64 rng(9);
     for (int i = 0; i < 300; ++i) a.add(1 + rng() % (600 * KiB), static_cast<std::uint32_t>(i % 2));
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
-        Plan p = plan_ok(m, opts(mode));
-        check_invariants(m, p, opts(mode));
+        Plan p = plan_ok(m, plan_options(mode));
+        check_invariants(m, p, plan_options(mode));
     }
 }
 
@@ -552,8 +521,8 @@ TEST_CASE("randomised layouts keep every promise in every mode", "[runs][propert
         const std::uint64_t limit = rng() % 3 == 0 ? (1 + rng() % 8) * MiB : 0;
         const std::uint64_t align = rng() % 3 == 0 ? 64 * KiB : page;
         // Two devices on one importer half the time, so their pages collide.
-        m.targets = {device("GPU0", "hsa", align, limit),
-                     device("GPU1", rng() % 2 ? "hsa" : "vulkan", align, limit), cpu()};
+        m.targets = {device_target("GPU0", "hsa", align, limit),
+                     device_target("GPU1", rng() % 2 ? "hsa" : "vulkan", align, limit), cpu_target()};
         std::vector<Appender> app;
         for (std::uint32_t f = 0; f < files; ++f) app.push_back({m, f, rng() % (3 * page)});
         const std::uint32_t n = 1 + rng() % 120;
@@ -581,7 +550,7 @@ TEST_CASE("randomised layouts keep every promise in every mode", "[runs][propert
         for (std::uint32_t f = 0; f < files; ++f) m.files[f].size += rng() % 5000;
         std::shuffle(m.tensors.begin(), m.tensors.end(), rng);
         for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
-            PlanOptions o = opts(mode);
+            PlanOptions o = plan_options(mode);
             o.merge_gap = rng() % 2 ? MiB : rng() % (4 * MiB);
             o.max_imports_per_region = rng() % 3 == 0 ? 1 + rng() % 4 : 256;
             INFO("iteration " << iter << " mode " << to_string(mode));
@@ -609,7 +578,7 @@ TEST_CASE("every tensor resolves to mapping base + file offset through the execu
     m.files = {{file.path(), file.size()}};
     ImporterCaps caps = wm::test::device_caps(page, false);
     caps.max_import_size = 3 * MiB;
-    m.targets = {TargetDesc{"GPU0", "fake", caps}, TargetDesc{"GPU1", "fake", caps}, cpu()};
+    m.targets = {TargetDesc{"GPU0", "fake", caps}, TargetDesc{"GPU1", "fake", caps}, cpu_target()};
     Appender a{m};
     std::mt19937_64 rng(11);
     while (a.cursor < 23 * MiB) {
@@ -621,8 +590,8 @@ TEST_CASE("every tensor resolves to mapping base + file offset through the execu
         a.add(size, target);
     }
     m.files[0].size = file.size();
-    Plan plan = plan_ok(m, opts());
-    check_invariants(m, plan, opts());
+    Plan plan = plan_ok(m, plan_options());
+    check_invariants(m, plan, plan_options());
     REQUIRE(plan.totals.imports > 3);
     REQUIRE(plan.totals.fallback_bytes > 0); // some boundary tensors were left out
 
@@ -635,7 +604,7 @@ TEST_CASE("every tensor resolves to mapping base + file offset through the execu
     auto* bytes = static_cast<std::byte*>(base);
     {
         wm::test::FakeImporter device_importer("fake", caps);
-        wm::test::FakeImporter cpu_importer("cpu", cpu().caps);
+        wm::test::FakeImporter cpu_importer("cpu", cpu_target().caps);
         std::vector<MappedFile> files = {{bytes, length}};
         std::vector<Importer*> importers = {&device_importer, &device_importer, &cpu_importer};
         Result<Placement> placed = execute_plan(m, plan, files, importers);
@@ -678,10 +647,10 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         std::uint64_t file_bytes = 0;
         for (const FileDesc& f : l.model.files) file_bytes += f.size;
 
-        Plan runs = plan_ok(l.model, opts(PlanMode::runs));
-        check_invariants(l.model, runs, opts(PlanMode::runs));
+        Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
+        check_invariants(l.model, runs, plan_options(PlanMode::runs));
         const PlanTotals& t = runs.totals;
-        CHECK(t.device_bytes == bytes_on(l.model, device_target));
+        CHECK(t.device_bytes == bytes_on(l.model, bench::device_target));
         CHECK(t.imported_bytes * 100 >= t.device_bytes * 99);
         CHECK(t.pinned_bytes * 100 <= t.imported_bytes * 101);
         // Name-sorted blocks put ffn_gate_inp and ffn_norm between the experts: two device
@@ -690,20 +659,20 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         CHECK(t.imports <= 2u * l.layers + (sorted ? 1 : 0));
         CHECK(t.imports >= l.layers); // one or two per layer, not merged over the experts
 
-        Plan gate = plan_ok(l.model, opts(PlanMode::gate));
-        check_invariants(l.model, gate, opts(PlanMode::gate));
+        Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
+        check_invariants(l.model, gate, plan_options(PlanMode::gate));
         CHECK(gate.totals.imported_bytes == 0);
         CHECK(gate.totals.imports == 0);
 
         // Span pins each file from its first device tensor to its last: the whole file but a
         // CPU-only head and tail (token_embd, experts at a shard's edges).
-        Plan span = plan_ok(l.model, opts(PlanMode::span));
-        check_invariants(l.model, span, opts(PlanMode::span));
+        Plan span = plan_ok(l.model, plan_options(PlanMode::span));
+        check_invariants(l.model, span, plan_options(PlanMode::span));
         CHECK(span.totals.imported_bytes == span.totals.device_bytes);
         CHECK(span.totals.imports == l.model.files.size());
         std::vector<std::uint64_t> lo(l.model.files.size(), UINT64_MAX), hi(l.model.files.size(), 0);
         for (const TensorDesc& td : l.model.tensors) {
-            if (td.target != device_target) continue;
+            if (td.target != bench::device_target) continue;
             lo[td.file] = std::min(lo[td.file], td.offset);
             hi[td.file] = std::max(hi[td.file], td.offset + td.size);
         }
@@ -718,10 +687,10 @@ TEST_CASE("dense layouts plan identically in gate and runs", "[runs][layouts]") 
     using namespace wm::bench;
     Layout l = dense_4b();
     for (std::uint64_t limit : {std::uint64_t{0}, std::uint64_t{1} << 30}) {
-        l.model.targets[device_target].caps.max_import_size = limit;
-        Plan gate = plan_ok(l.model, opts(PlanMode::gate));
-        Plan runs = plan_ok(l.model, opts(PlanMode::runs));
-        check_invariants(l.model, runs, opts(PlanMode::runs));
+        l.model.targets[bench::device_target].caps.max_import_size = limit;
+        Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
+        Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
+        check_invariants(l.model, runs, plan_options(PlanMode::runs));
         REQUIRE(gate.regions.size() == runs.regions.size());
         for (std::size_t r = 0; r < gate.regions.size(); ++r) {
             const PlanRegion& g = gate.regions[r];
@@ -758,8 +727,8 @@ TEST_CASE("adversarial equal gaps: runs as long as the gate allows, then the bud
     // 1156 KiB, limit 1109.5 KiB).
     using namespace wm::bench;
     Layout l = adversarial_gaps(100'000);
-    Plan p = plan_ok(l.model, opts());
-    check_invariants(l.model, p, opts());
+    Plan p = plan_ok(l.model, plan_options());
+    check_invariants(l.model, p, plan_options());
     CHECK(p.totals.imports == 256);
     for (const PlanRun& run : p.regions[0].runs) CHECK(run.tensors.size() == 18);
     CHECK_THAT(p.regions[0].reason, Catch::Contains("left out by that budget"));
