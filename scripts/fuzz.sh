@@ -9,7 +9,7 @@ seconds=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${FUZZ_BUILD_DIR:-build-fuzz}
-targets=(fuzz_gguf fuzz_safetensors fuzz_split_sync)
+targets=(fuzz_gguf fuzz_safetensors fuzz_split_sync fuzz_planner)
 
 if [[ ! -f "$build/build.ninja" ]]; then
   CC=clang CXX=clang++ meson setup "$build" --wrap-mode=nodownload \
