@@ -218,9 +218,8 @@ Graph random_graph(std::uint64_t seed, const GenParams& params) {
     return g;
 }
 
-namespace {
-SplitDesc split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs = 0,
-                BackendMask from = 0, bool copies_async = true, bool writes_read_later = false) {
+SplitDesc make_split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs,
+                     BackendMask from, bool copies_async, bool writes_read_later) {
     SplitDesc d;
     d.backend = backend;
     d.backend_async = async;
@@ -231,7 +230,6 @@ SplitDesc split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint
     d.writes_read_later = writes_read_later;
     return d;
 }
-} // namespace
 
 Graph upstream_vulkan_input_embed() {
     constexpr std::uint32_t vulkan = 0, cpu = 1;         // backends
@@ -240,10 +238,10 @@ Graph upstream_vulkan_input_embed() {
     g.name = "upstream: Vulkan async copy of input_embed, then input-less CPU split";
     g.n_backends = 2;
     g.splits = {
-        split(cpu, false, cpu_buf, 0, 0, true, true),              // get_rows -> input_embed
-        split(vulkan, true, vk_buf, 1, bit_of(cpu), true, true),   // copies input_embed, async
-        split(cpu, false, cpu_buf),                                // no inputs, reuses its region
-        split(vulkan, true, vk_buf, 1, bit_of(cpu), true, false),
+        make_split(cpu, false, cpu_buf, 0, 0, true, true),              // get_rows -> input_embed
+        make_split(vulkan, true, vk_buf, 1, bit_of(cpu), true, true),   // copies input_embed, async
+        make_split(cpu, false, cpu_buf),                                // no inputs, reuses its region
+        make_split(vulkan, true, vk_buf, 1, bit_of(cpu), true, false),
     };
     allocate_regions(g, 0);
     return g;
@@ -256,11 +254,11 @@ Graph upstream_hip_shexp_deferral() {
     g.name = "upstream: HIP shared-expert FFN overlapping the CPU expert-dispatch wait";
     g.n_backends = 2;
     g.splits = {
-        split(hip, true, hip_buf, 0, 0, true, true),                 // attention
-        split(cpu, false, cpu_buf, 1, bit_of(hip), true, true),      // expert-dispatch issue
-        split(hip, true, hip_buf, 1, bit_of(cpu), false, true),      // shexp FFN (host copy)
-        split(cpu, false, cpu_buf, 0, 0, true, true),                // WAIT: CPU sources only
-        split(hip, true, hip_buf, 1, bit_of(cpu), false, false),     // shexp + experts
+        make_split(hip, true, hip_buf, 0, 0, true, true),                 // attention
+        make_split(cpu, false, cpu_buf, 1, bit_of(hip), true, true),      // expert-dispatch issue
+        make_split(hip, true, hip_buf, 1, bit_of(cpu), false, true),      // shexp FFN (host copy)
+        make_split(cpu, false, cpu_buf, 0, 0, true, true),                // WAIT: CPU sources only
+        make_split(hip, true, hip_buf, 1, bit_of(cpu), false, false),     // shexp + experts
     };
     allocate_regions(g, 0);
     return g;
@@ -273,9 +271,9 @@ Graph three_backends() {
     g.name = "three backends: the sync of the previous backend misses the one before";
     g.n_backends = 3;
     g.splits = {
-        split(vulkan, true, vk_buf | host_buf),
-        split(cuda, true, cuda_buf, 1, 0, false), // graph input from the host
-        split(cpu, false, host_buf),              // no inputs: upstream syncs CUDA only
+        make_split(vulkan, true, vk_buf | host_buf),
+        make_split(cuda, true, cuda_buf, 1, 0, false), // graph input from the host
+        make_split(cpu, false, host_buf),              // no inputs: upstream syncs CUDA only
     };
     allocate_regions(g, 0);
     return g;
@@ -288,9 +286,9 @@ Graph inputs_from_one_while_another_runs() {
     g.name = "inputs from backend A while backend B still runs on a shared buffer type";
     g.n_backends = 3;
     g.splits = {
-        split(gpu_b, true, b_buf | host_buf),
-        split(gpu_a, true, a_buf, 1, 0, true, true),          // graph input, output read later
-        split(cpu, false, host_buf, 1, bit_of(gpu_a)),        // ordered after A only
+        make_split(gpu_b, true, b_buf | host_buf),
+        make_split(gpu_a, true, a_buf, 1, 0, true, true),          // graph input, output read later
+        make_split(cpu, false, host_buf, 1, bit_of(gpu_a)),        // ordered after A only
     };
     allocate_regions(g, 0);
     return g;

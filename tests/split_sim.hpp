@@ -176,4 +176,8 @@ struct RuleTotals {
 std::uint64_t corpus_seed(std::uint64_t index);
 inline constexpr std::uint64_t corpus_size = 10000;
 
+/// A SplitDesc in one call, for named cases and tests.
+SplitDesc make_split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs = 0,
+                     BackendMask from = 0, bool copies_async = true, bool writes_read_later = false);
+
 } // namespace wm::sim

@@ -41,19 +41,6 @@ sim::SimResult run(const sim::Graph& g, std::unique_ptr<sim::Policy> policy) {
     return sim::simulate(g, *policy);
 }
 
-SplitDesc desc(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs = 0,
-               BackendMask from = 0, bool copies_async = true, bool writes_read_later = false) {
-    SplitDesc d;
-    d.backend = backend;
-    d.backend_async = async;
-    d.buffer_types = bts;
-    d.n_inputs = n_inputs;
-    d.input_backends = from;
-    d.input_copies_async = copies_async;
-    d.writes_read_later = writes_read_later;
-    return d;
-}
-
 sim::Graph graph_of(std::uint32_t n_backends, std::vector<SplitDesc> splits) {
     sim::Graph g;
     g.name = "hand-written";
@@ -106,18 +93,18 @@ TEST_CASE("create accepts 1..64 backends and rejects the rest", "[split_sync]") 
 TEST_CASE("next rejects malformed splits with the split, field and numbers, state unchanged",
           "[split_sync]") {
     SplitSync h = make_helper(3);
-    REQUIRE(h.next(desc(0, true, 1)).ok());
+    REQUIRE(h.next(sim::make_split(0, true, 1)).ok());
 
     struct Bad {
         SplitDesc split;
         const char* says;
     };
     const Bad bad[] = {
-        {desc(3, true, 1), "split 1: backend = 3 out of range (n_backends = 3)"},
-        {desc(1, true, 1, 1, bit(5)), "input_backends = 0x20 names backend 5"},
-        {desc(1, true, 1, 0, bit(0)), "n_inputs = 0 but input_backends = 0x1"},
-        {desc(2, true, 1, 1, bit(0) | bit(1)), "names 2 other backends but n_inputs = 1"},
-        {desc(0, false, 1), "backend 0 has backend_async = false"},
+        {sim::make_split(3, true, 1), "split 1: backend = 3 out of range (n_backends = 3)"},
+        {sim::make_split(1, true, 1, 1, bit(5)), "input_backends = 0x20 names backend 5"},
+        {sim::make_split(1, true, 1, 0, bit(0)), "n_inputs = 0 but input_backends = 0x1"},
+        {sim::make_split(2, true, 1, 1, bit(0) | bit(1)), "names 2 other backends but n_inputs = 1"},
+        {sim::make_split(0, false, 1), "backend 0 has backend_async = false"},
     };
     for (const Bad& b : bad) {
         auto r = h.next(b.split);
@@ -129,8 +116,8 @@ TEST_CASE("next rejects malformed splits with the split, field and numbers, stat
 
     // The rejected splits left no trace: the decisions match a helper that never saw them.
     SplitSync clean = make_helper(3);
-    REQUIRE(clean.next(desc(0, true, 1)).ok());
-    const SplitDesc follow = desc(1, true, 1);
+    REQUIRE(clean.next(sim::make_split(0, true, 1)).ok());
+    const SplitDesc follow = sim::make_split(1, true, 1);
     auto a = h.next(follow);
     auto b = clean.next(follow);
     REQUIRE(a.ok());
@@ -142,7 +129,7 @@ TEST_CASE("next rejects malformed splits with the split, field and numbers, stat
     // The whole-graph form names the failing split too.
     SplitSyncParams params;
     params.n_backends = 2;
-    const std::vector<SplitDesc> graph = {desc(0, true, 1), desc(1, false, 1), desc(7, false, 1)};
+    const std::vector<SplitDesc> graph = {sim::make_split(0, true, 1), sim::make_split(1, false, 1), sim::make_split(7, false, 1)};
     auto plan = plan_split_sync(params, graph);
     REQUIRE_FALSE(plan.ok());
     CHECK_THAT(plan.error().message, Catch::Contains("split 2: backend = 7"));
@@ -151,15 +138,15 @@ TEST_CASE("next rejects malformed splits with the split, field and numbers, stat
 TEST_CASE("a backend may change its async flag between graphs, not within one",
           "[split_sync]") {
     SplitSync h = make_helper(2);
-    REQUIRE(h.next(desc(0, true, 1)).ok());
-    CHECK_FALSE(h.next(desc(0, false, 1)).ok());
+    REQUIRE(h.next(sim::make_split(0, true, 1)).ok());
+    CHECK_FALSE(h.next(sim::make_split(0, false, 1)).ok());
     h.finish();
-    CHECK(h.next(desc(0, false, 1)).ok());
+    CHECK(h.next(sim::make_split(0, false, 1)).ok());
 }
 
 TEST_CASE("empty buffer-type sets are allowed and never cause a sync", "[split_sync]") {
-    const sim::Graph g = graph_of(3, {desc(0, true, 0), desc(1, true, 0), desc(0, true, 0),
-                                      desc(2, false, 0)});
+    const sim::Graph g = graph_of(3, {sim::make_split(0, true, 0), sim::make_split(1, true, 0), sim::make_split(0, true, 0),
+                                      sim::make_split(2, false, 0)});
     const SplitSyncPlan plan = plan_for(g);
     for (const SplitSyncDecision& d : plan.splits) {
         CHECK(d.sync_now == 0);
@@ -224,7 +211,7 @@ TEST_CASE("upstream deferral: the HIP sync is deferred across the CPU wait and d
 TEST_CASE("sync_deferred_before_reuse drains a deferred backend before its next split",
           "[split_sync]") {
     // A (async) runs, the input-less CPU split defers it, then A runs again.
-    const std::vector<SplitDesc> splits = {desc(0, true, 1), desc(1, false, 2), desc(0, true, 1)};
+    const std::vector<SplitDesc> splits = {sim::make_split(0, true, 1), sim::make_split(1, false, 2), sim::make_split(0, true, 1)};
     SplitSyncParams params;
     params.n_backends = 2;
     auto lazy = plan_split_sync(params, splits);
@@ -269,14 +256,14 @@ TEST_CASE("a split with inputs from A still races with B: its copies order it af
 TEST_CASE("an input copy's event wait orders the split: no sync needed", "[split_sync]") {
     constexpr BufferTypeMask shared = 4;
     // B copies from A asynchronously and touches A's buffer type: ordered, no sync.
-    const sim::Graph ordered = graph_of(2, {desc(0, true, shared, 0, 0, true, true),
-                                            desc(1, true, shared, 1, bit(0), true)});
+    const sim::Graph ordered = graph_of(2, {sim::make_split(0, true, shared, 0, 0, true, true),
+                                            sim::make_split(1, true, shared, 1, bit(0), true)});
     CHECK(plan_for(ordered).splits[1].sync_now == 0);
     CHECK(run(ordered, sim::make_helper_policy()).hazards == 0);
     CHECK(run(ordered, sim::make_no_sync_policy()).hazards == 0);
 
     // The same without the input: a race, and the helper syncs A.
-    const sim::Graph unordered = graph_of(2, {desc(0, true, shared), desc(1, true, shared)});
+    const sim::Graph unordered = graph_of(2, {sim::make_split(0, true, shared), sim::make_split(1, true, shared)});
     CHECK(plan_for(unordered).splits[1].sync_now == bit(0));
     CHECK(run(unordered, sim::make_no_sync_policy()).hazards >= 1);
     CHECK(run(unordered, sim::make_helper_policy()).hazards == 0);
@@ -286,9 +273,9 @@ TEST_CASE("one sync covers a chain of event waits", "[split_sync]") {
     constexpr BufferTypeMask shared = 4;
     // A writes `shared`; B copies it asynchronously (so B reads `shared` too); the input-less
     // CPU split touches `shared`. Both A and B conflict, but B's copy waited for all of A.
-    const sim::Graph g = graph_of(3, {desc(0, true, shared, 0, 0, true, true),
-                                      desc(1, true, 2, 1, bit(0), true),
-                                      desc(2, false, shared)});
+    const sim::Graph g = graph_of(3, {sim::make_split(0, true, shared, 0, 0, true, true),
+                                      sim::make_split(1, true, 2, 1, bit(0), true),
+                                      sim::make_split(2, false, shared)});
     const SplitSyncPlan plan = plan_for(g);
     CHECK(plan.splits[2].sync_now == bit(1));
     CHECK(plan.drain == 0);
