@@ -4,12 +4,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace wm::test {
 
 /// Byte k of a pattern file: depends on the offset so misplaced reads show up.
 inline std::uint8_t pattern_byte(std::uint64_t offset) {
     return static_cast<std::uint8_t>((offset * 131u + (offset >> 12) * 7u + 17u) & 0xffu);
+}
+
+/// True when `bytes` are what a pattern file holds from `file_offset` on.
+inline bool equals_file_bytes(const std::vector<std::uint8_t>& bytes, std::uint64_t file_offset) {
+    for (std::uint64_t i = 0; i < bytes.size(); ++i)
+        if (bytes[i] != pattern_byte(file_offset + i)) return false;
+    return true;
 }
 
 class TempFile {

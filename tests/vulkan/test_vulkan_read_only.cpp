@@ -15,14 +15,11 @@ using namespace wm;
 using wm::test::TempFile;
 using wm::test::VkTestDevice;
 
+using wm::test::equals_file_bytes;
+
 namespace {
 constexpr std::uint64_t MiB = 1024 * 1024;
 
-bool equals_file_bytes(const std::vector<std::uint8_t>& bytes, std::uint64_t file_offset) {
-    for (std::uint64_t i = 0; i < bytes.size(); ++i)
-        if (bytes[i] != wm::test::pattern_byte(file_offset + i)) return false;
-    return true;
-}
 } // namespace
 
 TEST_CASE("a read-only shared mapping imports and the device reads the file through it") {
