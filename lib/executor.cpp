@@ -13,12 +13,14 @@ namespace wm {
 
 struct Placement::Impl {
     struct LiveImport {
-        Importer* importer = nullptr;
+        Importer* importer = nullptr; // null once released
         ImportedBuffer buffer;
+        std::uint32_t region = 0;
+        std::uint32_t run = 0;
     };
-    const ModelDesc* model = nullptr;
     Plan plan;
-    std::vector<MappedFile> files;
+    std::vector<const std::byte*> tensor_address; // per tensor, in the mapping: locate() needs
+                                                  // no ModelDesc, which the caller may free
     // Per region, per run: index into imports, or no_index when that run was not imported.
     std::vector<std::vector<std::uint32_t>> run_import;
     std::vector<LiveImport> imports;
@@ -62,6 +64,19 @@ struct Placement::Impl {
         internal::fall_back_region(plan, r, reason);
         run_import[r].clear();
     }
+
+    // Drops the entries of imports released by a fallback, so imports lists exactly the live
+    // ones in order of import and run_import indexes into it.
+    void compact() {
+        std::vector<LiveImport> live;
+        live.reserve(imports.size());
+        for (const LiveImport& i : imports)
+            if (i.importer != nullptr) {
+                run_import[i.region][i.run] = static_cast<std::uint32_t>(live.size());
+                live.push_back(i);
+            }
+        imports = std::move(live);
+    }
 };
 
 Placement::Placement() : impl_(std::make_unique<Impl>()) {}
@@ -77,10 +92,15 @@ Placement::~Placement() { release_all(); }
 
 const Plan& Placement::plan() const noexcept { return impl_->plan; }
 
-std::size_t Placement::import_count() const noexcept {
-    std::size_t live = 0;
-    for (const auto& i : impl_->imports) live += i.importer != nullptr;
-    return live;
+std::size_t Placement::import_count() const noexcept { return impl_->imports.size(); }
+
+PlacedImport Placement::import_at(std::size_t index) const noexcept {
+    assert(index < impl_->imports.size());
+    const Impl::LiveImport& live = impl_->imports[index];
+    const PlanRegion& region = impl_->plan.regions[live.region];
+    const PlanRun& run = region.runs[live.run];
+    return {&live.buffer, region.target, region.file, live.region, live.run, run.extent_offset,
+            Span<const std::uint32_t>(run.tensors)};
 }
 
 void Placement::release_all() noexcept {
@@ -90,10 +110,9 @@ void Placement::release_all() noexcept {
 TensorLocation Placement::locate(std::uint32_t index) const {
     const Impl& impl = *impl_;
     assert(index < impl.plan.tensors.size());
-    const TensorDesc& tensor = impl.model->tensors[index];
     const TensorPlacement& place = impl.plan.tensors[index];
     TensorLocation location;
-    location.host_address = impl.files[tensor.file].base + tensor.offset;
+    location.host_address = impl.tensor_address[index];
     if (place.run == no_index || place.region >= impl.run_import.size() ||
         place.run >= impl.run_import[place.region].size() ||
         impl.run_import[place.region][place.run] == no_index) {
@@ -109,8 +128,8 @@ TensorLocation Placement::locate(std::uint32_t index) const {
 }
 
 Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
-                               std::span<const MappedFile> files,
-                               std::span<Importer* const> importers,
+                               Span<const MappedFile> files,
+                               Span<Importer* const> importers,
                                const ExecuteOptions& options) {
     if (files.size() != model.files.size())
         return make_error(ErrorKind::invalid_argument,
@@ -132,11 +151,19 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                                           model.files[f].path));
     }
 
+    for (std::size_t t = 0; t < model.tensors.size(); ++t)
+        if (model.tensors[t].file >= files.size())
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("execute_plan: tensor {} ('{}') names file {} of {}", t,
+                                          model.tensors[t].name, model.tensors[t].file,
+                                          files.size()));
+
     Placement placement;
     Placement::Impl& impl = *placement.impl_;
-    impl.model = &model;
     impl.plan = std::move(plan);
-    impl.files.assign(files.begin(), files.end());
+    impl.tensor_address.reserve(model.tensors.size());
+    for (const TensorDesc& tensor : model.tensors)
+        impl.tensor_address.push_back(files[tensor.file].base + tensor.offset);
     impl.log = options.log;
     impl.run_import.resize(impl.plan.regions.size());
 
@@ -198,7 +225,7 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                             log_message(options.log, LogLevel::warning, s.error().message);
                     } else {
                         impl.run_import[r][k] = static_cast<std::uint32_t>(impl.imports.size());
-                        impl.imports.push_back({importer, buffer});
+                        impl.imports.push_back({importer, buffer, r, k});
                     }
                 } else {
                     refusal = fmt::format("{} import of '{}' [{:#x}, +{:#x}) failed: {}",
@@ -222,6 +249,7 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
             }
         }
     }
+    impl.compact();
     impl.plan.totals = compute_totals(model, impl.plan);
     return placement;
 }

@@ -47,7 +47,7 @@ void LoadedModel::unload() noexcept {
     impl_->mapping = MappedModel();
 }
 
-Result<LoadedModel> load_model(ModelDesc model, std::span<Importer* const> importers,
+Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                const LoadOptions& options) {
     if (importers.size() != model.targets.size())
         return make_error(ErrorKind::invalid_argument,

@@ -39,8 +39,8 @@ const char* to_string(MappingAccess access) noexcept {
     return access == MappingAccess::writable ? "writable" : "read_only";
 }
 
-MappingDecision decide_mapping(std::span<const std::string> paths,
-                               std::span<Importer* const> importers) {
+MappingDecision decide_mapping(Span<const std::string> paths,
+                               Span<Importer* const> importers) {
     // Registry defaults when the engine gave no list; they live only for this decision.
     std::vector<std::unique_ptr<Importer>> defaults;
     std::vector<Importer*> considered(importers.begin(), importers.end());
@@ -211,7 +211,7 @@ MappedModel::MappedModel(MappedModel&&) noexcept = default;
 MappedModel& MappedModel::operator=(MappedModel&&) noexcept = default;
 MappedModel::~MappedModel() = default;
 
-Result<MappedModel> MappedModel::open(std::span<const std::string> paths, MappingAccess access,
+Result<MappedModel> MappedModel::open(Span<const std::string> paths, MappingAccess access,
                                       const MappingOptions& options) {
     if (paths.empty())
         return make_error(ErrorKind::invalid_argument, "MappedModel::open: no files given");
@@ -234,8 +234,8 @@ Result<MappedModel> MappedModel::open(std::span<const std::string> paths, Mappin
     return model;
 }
 
-std::span<const MappedFile> MappedModel::files() const noexcept { return impl_->views; }
-std::span<const std::uint64_t> MappedModel::file_sizes() const noexcept { return impl_->sizes; }
+Span<const MappedFile> MappedModel::files() const noexcept { return impl_->views; }
+Span<const std::uint64_t> MappedModel::file_sizes() const noexcept { return impl_->sizes; }
 const std::vector<std::string>& MappedModel::paths() const noexcept { return impl_->paths; }
 MappingAccess MappedModel::access() const noexcept { return impl_->access; }
 bool MappedModel::is_read_only() const noexcept { return impl_->read_only; }

@@ -33,7 +33,7 @@ const std::array<ImporterEntry, 3> table = {{
 
 } // namespace
 
-std::span<const ImporterEntry> importer_registry() noexcept { return table; }
+Span<const ImporterEntry> importer_registry() noexcept { return table; }
 
 Result<std::unique_ptr<Importer>> create_importer(std::string_view name) {
     std::string refusals;

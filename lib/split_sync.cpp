@@ -282,7 +282,7 @@ void SplitSync::reset() noexcept {
 }
 
 Result<SplitSyncPlan> plan_split_sync(const SplitSyncParams& params,
-                                      std::span<const SplitDesc> splits) {
+                                      Span<const SplitDesc> splits) {
     auto helper = SplitSync::create(params);
     if (!helper) {
         return std::move(helper).error();

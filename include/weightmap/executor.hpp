@@ -11,14 +11,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string_view>
 
+#include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/model.hpp"
 #include "weightmap/planner.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -45,11 +46,24 @@ struct TensorLocation {
     std::string_view reason;               ///< why it falls back; empty when imported
 };
 
+/// One live import of a placement and what it serves: an engine wraps one device buffer around
+/// each (ggml: one buffer per import, the tensors at buffer base + offset_in_buffer).
+struct PlacedImport {
+    const ImportedBuffer* buffer = nullptr; ///< owned by the Placement; never null
+    std::uint32_t target = 0;        ///< index into ModelDesc::targets
+    std::uint32_t file = 0;          ///< index into ModelDesc::files
+    std::uint32_t region = 0;        ///< index into plan().regions
+    std::uint32_t run = 0;           ///< index into plan().regions[region].runs
+    std::uint64_t extent_offset = 0; ///< file offset of buffer->host_address
+    Span<const std::uint32_t> tensors; ///< indices into ModelDesc::tensors served, by offset;
+                                       ///< points into plan(), valid as long as the Placement
+};
+
 /// The imports of one executed plan. Owns them: destruction (or release_all()) releases every
 /// import through its importer, in reverse order of import. Move-only. The importers and the
-/// mappings must outlive it. Reading from several threads is safe; releasing is not concurrent
-/// with reading.
-class Placement {
+/// mappings must outlive it; the ModelDesc need not (what locate() needs is copied). Reading
+/// from several threads is safe; releasing is not concurrent with reading.
+class WM_API Placement {
 public:
     Placement();
     Placement(Placement&&) noexcept;
@@ -61,25 +75,28 @@ public:
     const Plan& plan() const noexcept;
     /// Location of tensor `index` of the ModelDesc; index must be < number of tensors.
     TensorLocation locate(std::uint32_t index) const;
-    /// Live imports (non-CPU and CPU alike).
+    /// Live imports (non-CPU and CPU alike); 0 after release_all().
     std::size_t import_count() const noexcept;
+    /// Live import `index` (< import_count()), in order of import: (target, file) region order,
+    /// runs in file order. The buffer pointer is the one locate() returns for its tensors.
+    PlacedImport import_at(std::size_t index) const noexcept;
     /// Releases everything now; idempotent. Release failures are logged, never retried.
     void release_all() noexcept;
 
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    friend Result<Placement> execute_plan(const ModelDesc&, Plan, std::span<const MappedFile>,
-                                          std::span<Importer* const>, const ExecuteOptions&);
+    friend Result<Placement> execute_plan(const ModelDesc&, Plan, Span<const MappedFile>,
+                                          Span<Importer* const>, const ExecuteOptions&);
 };
 
 /// Executes `plan` (made from `model`) over `files` (one per ModelDesc::files entry), importing
 /// each region through `importers[region.target]` (one per target; null means "no importer": the
 /// region falls back). Checks before each import that the extent lies inside the mapped length
 /// and that its address meets the importer's alignment; a violation is that region's fallback.
-Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
-                               std::span<const MappedFile> files,
-                               std::span<Importer* const> importers,
+WM_API Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
+                               Span<const MappedFile> files,
+                               Span<Importer* const> importers,
                                const ExecuteOptions& options = {});
 
 } // namespace wm

@@ -14,12 +14,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -27,7 +28,7 @@ namespace wm {
 
 enum class ModelFormat { gguf, safetensors };
 /// "gguf" or "safetensors". Never null.
-const char* to_string(ModelFormat format) noexcept;
+WM_API const char* to_string(ModelFormat format) noexcept;
 
 /// One file of a model (a split GGUF or a sharded safetensors model has several).
 struct ModelFile {
@@ -95,7 +96,7 @@ struct ReadLimits {
 /// shards; several paths are the shards of one model, given explicitly (all of one format).
 /// Fails (invalid_argument) for no paths or mixed formats, otherwise as read_gguf /
 /// read_safetensors do.
-Result<ModelInfo> read_model(std::span<const std::string> paths, const ReadLimits& limits = {});
+WM_API Result<ModelInfo> read_model(Span<const std::string> paths, const ReadLimits& limits = {});
 
 /// GGUF v2 or v3, little-endian. One path: that file, or all N shards when it is the first shard
 /// of a split (found by `split.count` and the file naming); several paths: the shards of one
@@ -105,13 +106,13 @@ Result<ModelInfo> read_model(std::span<const std::string> paths, const ReadLimit
 /// `split.tensors.count`. Errors: a shard that is missing or not the first one, an unknown ggml
 /// type (naming the tensor and the type id), a row not a multiple of its type's block, a shape
 /// whose byte size overflows, a misaligned offset, and every case named in the file comment.
-Result<ModelInfo> read_gguf(std::span<const std::string> paths, const ReadLimits& limits = {});
+WM_API Result<ModelInfo> read_gguf(Span<const std::string> paths, const ReadLimits& limits = {});
 
 /// safetensors: one or more .safetensors files (the shards of one model), or one
 /// model.safetensors.index.json whose `weight_map` names the shards next to it (plain file names
 /// only: a path with '/' is refused). `__metadata__` and unknown per-tensor keys are ignored.
 /// Every tensor of the index must be in the shard it names, and every shard tensor in the index.
-Result<ModelInfo> read_safetensors(std::span<const std::string> paths,
+WM_API Result<ModelInfo> read_safetensors(Span<const std::string> paths,
                                    const ReadLimits& limits = {});
 
 /// Parses one GGUF file from memory: `head` holds the file's first bytes (the header, or the
@@ -119,11 +120,11 @@ Result<ModelInfo> read_safetensors(std::span<const std::string> paths,
 /// `path` is only used in messages and ModelFile::path. Needing a byte of the header past
 /// `head` is a format error. This is what the fuzzers call. `file_size` < head.size() is
 /// invalid_argument.
-Result<ModelInfo> parse_gguf(std::span<const std::byte> head, std::uint64_t file_size,
+WM_API Result<ModelInfo> parse_gguf(Span<const std::byte> head, std::uint64_t file_size,
                              std::string_view path = "<memory>", const ReadLimits& limits = {});
 
 /// Parses one safetensors file from memory; same contract as parse_gguf.
-Result<ModelInfo> parse_safetensors(std::span<const std::byte> head, std::uint64_t file_size,
+WM_API Result<ModelInfo> parse_safetensors(Span<const std::byte> head, std::uint64_t file_size,
                                     std::string_view path = "<memory>",
                                     const ReadLimits& limits = {});
 
@@ -138,17 +139,17 @@ struct GgmlType {
 };
 
 /// Every ggml type GGUF files use today, by id (F32 ... MXFP4, NVFP4, Q1_0). Static storage.
-std::span<const GgmlType> ggml_types() noexcept;
+WM_API Span<const GgmlType> ggml_types() noexcept;
 /// The type with this id, or null (unknown or removed from ggml, such as 4, 5, 31-33, 36-38).
-const GgmlType* find_ggml_type(std::uint32_t id) noexcept;
+WM_API const GgmlType* find_ggml_type(std::uint32_t id) noexcept;
 /// The type with this name (exact, e.g. "Q6_K"), or null.
-const GgmlType* find_ggml_type(std::string_view name) noexcept;
+WM_API const GgmlType* find_ggml_type(std::string_view name) noexcept;
 
 /// Bytes of a tensor of ggml type `type` and shape `ne` (ggml order, at most 4 dimensions):
 /// ne[0] / block_size * type_size * ne[1] * ne[2] * ne[3]. Errors (invalid_argument): an unknown
 /// type, more than 4 dimensions, a dimension above INT64_MAX (ggml's int64_t), ne[0] not a
 /// multiple of the block size, or a product that overflows 64 bits.
-Result<std::uint64_t> ggml_tensor_bytes(std::uint32_t type, std::span<const std::uint64_t> ne);
+WM_API Result<std::uint64_t> ggml_tensor_bytes(std::uint32_t type, Span<const std::uint64_t> ne);
 
 /// One safetensors dtype: `bits` per element (4 and 6 for the packed FP4/FP6 types).
 struct SafetensorsDtype {
@@ -159,14 +160,14 @@ struct SafetensorsDtype {
 /// Every dtype of the safetensors format (0.6: BOOL, F4, F6_E2M3, F6_E3M2, U8, I8, F8_E5M2,
 /// F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, I16, U16, F16, BF16, I32, U32, F32, C64, F64,
 /// I64, U64). Static storage.
-std::span<const SafetensorsDtype> safetensors_dtypes() noexcept;
+WM_API Span<const SafetensorsDtype> safetensors_dtypes() noexcept;
 /// The dtype with this name, or null.
-const SafetensorsDtype* find_safetensors_dtype(std::string_view name) noexcept;
+WM_API const SafetensorsDtype* find_safetensors_dtype(std::string_view name) noexcept;
 
 /// Bytes of a tensor of `dtype` and `shape` (an empty shape is a scalar): elements * bits / 8.
 /// Errors (invalid_argument): an unknown dtype, a product that overflows, or a packed tensor
 /// whose bits are not a whole number of bytes (as the safetensors library refuses it).
-Result<std::uint64_t> safetensors_tensor_bytes(std::string_view dtype,
-                                               std::span<const std::uint64_t> shape);
+WM_API Result<std::uint64_t> safetensors_tensor_bytes(std::string_view dtype,
+                                               Span<const std::uint64_t> shape);
 
 } // namespace wm

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "weightmap/export.h"
 #include "weightmap/result.hpp"
 
 namespace wm {
@@ -55,7 +56,7 @@ struct ImportedBuffer {
 
 /// The importer interface. Implementations must make import() and release() safe to call
 /// concurrently from several threads (engines load several models at once).
-class Importer {
+class WM_API Importer {
 public:
     virtual ~Importer() = default;
 

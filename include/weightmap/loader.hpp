@@ -7,14 +7,15 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 
+#include "weightmap/export.h"
 #include "weightmap/executor.hpp"
 #include "weightmap/mapping.hpp"
 #include "weightmap/model.hpp"
 #include "weightmap/planner.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -30,7 +31,7 @@ struct LoadOptions {
 
 /// A loaded model: its mappings and its imports. Destruction releases the imports first, then
 /// unmaps (reverse order of acquisition). Move-only. The importers must outlive it.
-class LoadedModel {
+class WM_API LoadedModel {
 public:
     LoadedModel();
     LoadedModel(LoadedModel&&) noexcept;
@@ -53,7 +54,7 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
-    friend Result<LoadedModel> load_model(ModelDesc, std::span<Importer* const>,
+    friend Result<LoadedModel> load_model(ModelDesc, Span<Importer* const>,
                                           const LoadOptions&);
 };
 
@@ -62,7 +63,7 @@ private:
 /// system call (missing, directory, empty, permission, mmap/mlock), or the tensor that ends past
 /// its file's real end. Import refusals are fallbacks, not errors. Nothing stays mapped, locked
 /// or imported when it fails.
-Result<LoadedModel> load_model(ModelDesc model, std::span<Importer* const> importers,
+WM_API Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                const LoadOptions& options = {});
 
 } // namespace wm

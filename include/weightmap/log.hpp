@@ -8,6 +8,8 @@
 #include <functional>
 #include <string_view>
 
+#include "weightmap/export.h"
+
 namespace wm {
 
 enum class LogLevel { debug, info, warning, error };
@@ -19,9 +21,9 @@ using LogCallback = std::function<void(LogLevel level, std::string_view message)
 /// Sets the process-wide default callback used where a call's params carry none.
 /// An empty callback restores the default: warnings and errors to stderr, prefixed "weightmap: ".
 /// Thread-safe; affects calls that start after it returns.
-void set_log_callback(LogCallback callback);
+WM_API void set_log_callback(LogCallback callback);
 
 /// Sends one message to `callback` if it is set, otherwise to the process-wide default.
-void log_message(const LogCallback& callback, LogLevel level, std::string_view message);
+WM_API void log_message(const LogCallback& callback, LogLevel level, std::string_view message);
 
 } // namespace wm

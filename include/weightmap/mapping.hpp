@@ -15,13 +15,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/executor.hpp"
 #include "weightmap/importer.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -31,7 +32,7 @@ enum class MappingAccess {
     read_only, ///< O_RDONLY, PROT_READ, MAP_SHARED (the default)
     writable,  ///< O_RDWR, PROT_READ|PROT_WRITE, MAP_SHARED (only when an importer needs it)
 };
-const char* to_string(MappingAccess access) noexcept;
+WM_API const char* to_string(MappingAccess access) noexcept;
 
 /// The once-per-model decision and why.
 struct MappingDecision {
@@ -49,8 +50,8 @@ struct MappingDecision {
 /// — unlike access(W_OK) for root — also sees read-only mounts). An empty `importers` means the
 /// registry's defaults (upstream's first version only walked the explicit list and so never saw
 /// the capability). Never fails: an unreadable file is the mapping's error, not the decision's.
-MappingDecision decide_mapping(std::span<const std::string> paths,
-                               std::span<Importer* const> importers);
+WM_API MappingDecision decide_mapping(Span<const std::string> paths,
+                               Span<Importer* const> importers);
 
 enum class AccessHint { normal, random, sequential };
 
@@ -68,7 +69,7 @@ struct MappingOptions {
 /// The mappings of one model's files. Owns them: destruction unlocks and unmaps in reverse
 /// order. Move-only. Not thread-safe to mutate (make_read_only) while another thread reads
 /// files(); reading the mapped bytes from any thread is fine.
-class MappedModel {
+class WM_API MappedModel {
 public:
     MappedModel();
     MappedModel(MappedModel&&) noexcept;
@@ -78,13 +79,13 @@ public:
     /// Maps every file in `paths` with `access`. Errors name the file and the system call:
     /// missing file, a directory, an empty file, permission denied, mmap/mlock failure. If file
     /// k fails, files 0..k-1 are unmapped before returning.
-    static Result<MappedModel> open(std::span<const std::string> paths, MappingAccess access,
+    static Result<MappedModel> open(Span<const std::string> paths, MappingAccess access,
                                     const MappingOptions& options = {});
 
     /// One entry per path, in order: base and mapped length (file size rounded up to pages).
-    std::span<const MappedFile> files() const noexcept;
+    Span<const MappedFile> files() const noexcept;
     /// Real file sizes, parallel to files().
-    std::span<const std::uint64_t> file_sizes() const noexcept;
+    Span<const std::uint64_t> file_sizes() const noexcept;
     const std::vector<std::string>& paths() const noexcept;
     MappingAccess access() const noexcept;
     /// True once make_read_only() succeeded (or the mapping was read-only from the start).

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "weightmap/export.h"
+
 namespace wm {
 
 /// DRM memory of one region ("gtt", "vram", "system", "cpu", ...), summed over the process's
@@ -34,25 +36,25 @@ struct MemStat {
 };
 
 /// Parses the text of /proc/<pid>/status (fields in "kB"). Missing fields stay unknown.
-MemStat parse_proc_status(std::string_view status_text);
+WM_API MemStat parse_proc_status(std::string_view status_text);
 /// Adds one DRM fdinfo file's memory lines to `into` (no-op for a non-DRM fd). Returns the
 /// drm-client-id, or nullopt when there is none.
-std::optional<std::uint64_t> parse_drm_fdinfo(std::string_view fdinfo_text,
+WM_API std::optional<std::uint64_t> parse_drm_fdinfo(std::string_view fdinfo_text,
                                               std::map<std::string, DrmMemory>& into);
 
 /// Reads /proc/self/status and every /proc/self/fdinfo/* (each DRM client counted once).
-MemStat read_memstat();
+WM_API MemStat read_memstat();
 
 /// Field-wise peak (max of known values; unknown stays unknown only if never known).
-MemStat peak_of(const MemStat& a, const MemStat& b);
+WM_API MemStat peak_of(const MemStat& a, const MemStat& b);
 /// after - before, where both are known (as a signed difference), else nullopt.
-std::optional<std::int64_t> delta(const std::optional<std::uint64_t>& before,
+WM_API std::optional<std::int64_t> delta(const std::optional<std::uint64_t>& before,
                                   const std::optional<std::uint64_t>& after);
 
 /// Samples read_memstat() on a background thread and keeps the peak of each field, so a load's
 /// transient copy is seen even if it is freed before the load returns. start() takes a first
 /// sample synchronously; stop() takes a last one and joins. Not copyable; one thread may drive it.
-class MemSampler {
+class WM_API MemSampler {
 public:
     explicit MemSampler(std::chrono::milliseconds interval = std::chrono::milliseconds(10));
     ~MemSampler(); ///< stops if running

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 
 namespace wm {
@@ -42,6 +43,6 @@ struct ModelDesc {
 };
 
 /// A target served by `importer` (its caps and name as key).
-TargetDesc target_for(std::string name, const Importer& importer);
+WM_API TargetDesc target_for(std::string name, const Importer& importer);
 
 } // namespace wm

@@ -11,14 +11,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/formats.hpp"
 #include "weightmap/model.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -38,7 +39,7 @@ struct OverrideRule {
 /// An ordered list of rules. Copies share the compiled expressions (immutable), so a copy is
 /// cheap. const member functions are safe to call from several threads at once; adding rules is
 /// not concurrent with anything.
-class PlacementRules {
+class WM_API PlacementRules {
 public:
     PlacementRules();
     ~PlacementRules();
@@ -69,7 +70,7 @@ public:
     std::string_view target_for(std::string_view tensor_name) const;
 
     /// The rules in order, as given.
-    std::span<const OverrideRule> rules() const noexcept { return rules_; }
+    Span<const OverrideRule> rules() const noexcept { return rules_; }
 
 private:
     struct Compiled;
@@ -88,7 +89,7 @@ using TargetFactory = std::function<Result<TargetDesc>(std::string_view target_n
 /// name is the rule's target name (whatever the factory put there). Fails with the factory's
 /// error, or invalid_argument when the factory's is_cpu disagrees with the name, or a tensor's
 /// file index is out of range.
-Result<ModelDesc> to_model_desc(const ModelInfo& model, const PlacementRules& rules,
+WM_API Result<ModelDesc> to_model_desc(const ModelInfo& model, const PlacementRules& rules,
                                 const TargetFactory& make_target);
 
 } // namespace wm

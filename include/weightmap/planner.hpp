@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/model.hpp"
 #include "weightmap/result.hpp"
 
@@ -45,7 +46,7 @@ enum class PlanMode {
           ///< only if the merged run still passes the gate. Every run is its own import and
           ///< passes the gate on its own; a cluster that cannot falls back, with the reason.
 };
-const char* to_string(PlanMode mode) noexcept;
+WM_API const char* to_string(PlanMode mode) noexcept;
 
 /// Slack of the tightness gate: 1 MiB.
 inline constexpr std::uint64_t tightness_gate_slack = std::uint64_t{1} << 20;
@@ -54,11 +55,11 @@ inline constexpr std::uint64_t tightness_gate_slack = std::uint64_t{1} << 20;
 /// ctx_bytes + ctx_bytes/8 + 1 MiB, saturating at UINT64_MAX instead of wrapping.
 /// (Upstream's first version was written `ctx/8 + (size_t)1 << 20`, which parses as
 /// `((ctx/8) + 1) << 20`: megabytes of slack that made every region look tight.)
-std::uint64_t tightness_limit(std::uint64_t ctx_bytes) noexcept;
+WM_API std::uint64_t tightness_limit(std::uint64_t ctx_bytes) noexcept;
 
 /// True when a region spanning [first, last) is tight against its ctx_bytes of tensors:
 /// last - first <= tightness_limit(ctx_bytes). Requires first <= last.
-bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
+WM_API bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
                            std::uint64_t ctx_bytes) noexcept;
 
 /// Plain data; copy freely.
@@ -84,7 +85,7 @@ struct PlanOptions {
 };
 
 enum class Decision { import, fallback };
-const char* to_string(Decision decision) noexcept;
+WM_API const char* to_string(Decision decision) noexcept;
 
 inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::max();
 
@@ -150,13 +151,13 @@ struct Plan {
 /// sizes that sum past 2^64, 2^32 - 1 tensors or more, a page size or an alignment that is not a
 /// power of two. Import refusals are not errors: they are fallbacks with reasons.
 /// Tensors may overlap and come in any order; the plan does not depend on their order.
-Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options = {});
+WM_API Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options = {});
 
 /// Recomputes plan.totals from its regions and placements (after the executor turned some
 /// imports into fallbacks, say).
-PlanTotals compute_totals(const ModelDesc& model, const Plan& plan);
+WM_API PlanTotals compute_totals(const ModelDesc& model, const Plan& plan);
 
 /// The host page size (sysconf), cached.
-std::uint64_t host_page_size() noexcept;
+WM_API std::uint64_t host_page_size() noexcept;
 
 } // namespace wm

@@ -7,11 +7,12 @@
 #pragma once
 
 #include <memory>
-#include <span>
 #include <string_view>
 
+#include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -27,14 +28,14 @@ struct ImporterEntry {
 };
 
 /// The table, in preference order, CPU last. Static storage; thread-safe.
-std::span<const ImporterEntry> importer_registry() noexcept;
+WM_API Span<const ImporterEntry> importer_registry() noexcept;
 
 /// Creates an importer by registry name, or with "auto" the first one that is built and
 /// available. Fails with `unsupported` naming the missing option or the importer's own reason.
-Result<std::unique_ptr<Importer>> create_importer(std::string_view name);
+WM_API Result<std::unique_ptr<Importer>> create_importer(std::string_view name);
 
 /// The CPU passthrough importer: handle = the pointer, release is a no-op, pins nothing,
 /// never asks for a writable mapping.
-std::unique_ptr<Importer> make_cpu_importer();
+WM_API std::unique_ptr<Importer> make_cpu_importer();
 
 } // namespace wm

@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "weightmap/export.h"
+
 namespace wm {
 
 /// What kind of failure an Error reports. Stable: engines may switch on it.
@@ -25,7 +27,7 @@ enum class ErrorKind {
 };
 
 /// Human-readable name of an ErrorKind ("invalid_argument", ...). Never null.
-const char* to_string(ErrorKind kind) noexcept;
+WM_API const char* to_string(ErrorKind kind) noexcept;
 
 /// A failure: its kind and a one-line reason naming the file, field and numbers.
 struct Error {

@@ -25,10 +25,11 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
 
 namespace wm {
 
@@ -124,7 +125,7 @@ struct SplitSyncPlan {
 /// Cost per split: O(n_backends * buffer types in the split), O(n_backends^2) on a split that
 /// syncs; with 2-4 backends about 60 ns hot, 90-130 ns walking bench_split_sync's cold corpus.
 /// No allocation after create() unless next() fails.
-class SplitSync {
+class WM_API SplitSync {
 public:
     /// Fails with invalid_argument when params.n_backends is 0 or above split_sync_max_backends.
     static Result<SplitSync> create(const SplitSyncParams& params);
@@ -181,7 +182,7 @@ private:
 /// calling SplitSync::next for each split and finish() on a fresh object.
 /// Fails like SplitSync::create and SplitSync::next (the message names the failing split).
 /// Thread-safe (reentrant).
-Result<SplitSyncPlan> plan_split_sync(const SplitSyncParams& params,
-                                      std::span<const SplitDesc> splits);
+WM_API Result<SplitSyncPlan> plan_split_sync(const SplitSyncParams& params,
+                                      Span<const SplitDesc> splits);
 
 } // namespace wm

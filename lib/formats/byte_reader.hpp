@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
+#include "weightmap/span.hpp"
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,13 +34,13 @@ public:
 /// The first bytes of a file, in memory (fuzzers, tests). Bytes past the span fail.
 class MemorySource final : public Source {
 public:
-    MemorySource(std::span<const std::byte> head, std::string_view path)
+    MemorySource(Span<const std::byte> head, std::string_view path)
         : head_(head), path_(path) {}
     Status read(std::uint64_t offset, std::byte* dst, std::size_t n) const override;
     std::uint64_t available() const noexcept override { return head_.size(); }
 
 private:
-    std::span<const std::byte> head_;
+    Span<const std::byte> head_;
     std::string_view path_;
 };
 

@@ -479,7 +479,7 @@ Result<ParsedFile> parse_gguf_file(const Source& source, std::string path, std::
 
 } // namespace formats
 
-Result<ModelInfo> read_gguf(std::span<const std::string> paths, const ReadLimits& limits) {
+Result<ModelInfo> read_gguf(Span<const std::string> paths, const ReadLimits& limits) {
     using namespace formats;
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no GGUF file given");
     if (paths.size() > limits.max_files)
@@ -509,7 +509,7 @@ Result<ModelInfo> read_gguf(std::span<const std::string> paths, const ReadLimits
     return assemble(std::move(files));
 }
 
-Result<ModelInfo> parse_gguf(std::span<const std::byte> head, std::uint64_t file_size,
+Result<ModelInfo> parse_gguf(Span<const std::byte> head, std::uint64_t file_size,
                              std::string_view path, const ReadLimits& limits) {
     return formats::parse_memory(head, file_size, path, limits, &formats::parse_gguf_file);
 }

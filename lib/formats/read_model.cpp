@@ -19,7 +19,7 @@ Result<ParsedFile> parse_path(const std::string& path, const ReadLimits& limits,
     return parse(*source, path, source->size(), limits);
 }
 
-Result<ModelInfo> parse_memory(std::span<const std::byte> head, std::uint64_t file_size,
+Result<ModelInfo> parse_memory(Span<const std::byte> head, std::uint64_t file_size,
                                std::string_view path, const ReadLimits& limits,
                                Result<ParsedFile> (*parse)(const Source&, std::string,
                                                            std::uint64_t, const ReadLimits&)) {
@@ -88,7 +88,7 @@ Result<Detected> detect(const std::string& path) {
 
 } // namespace
 
-Result<ModelInfo> read_model(std::span<const std::string> paths, const ReadLimits& limits) {
+Result<ModelInfo> read_model(Span<const std::string> paths, const ReadLimits& limits) {
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no model file given");
     std::vector<Detected> kinds;
     for (const std::string& p : paths) {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
+#include "weightmap/span.hpp"
 #include <string>
 #include <vector>
 
@@ -32,7 +32,7 @@ Result<ParsedFile> parse_path(const std::string& path, const ReadLimits& limits,
                                                           std::uint64_t, const ReadLimits&));
 
 /// Parses one file held in memory (the fuzzers' entry) with `parse` and assembles it.
-Result<ModelInfo> parse_memory(std::span<const std::byte> head, std::uint64_t file_size,
+Result<ModelInfo> parse_memory(Span<const std::byte> head, std::uint64_t file_size,
                                std::string_view path, const ReadLimits& limits,
                                Result<ParsedFile> (*parse)(const Source&, std::string,
                                                            std::uint64_t, const ReadLimits&));

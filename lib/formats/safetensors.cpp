@@ -531,7 +531,7 @@ Result<ModelInfo> read_index(const std::string& index_path, const ReadLimits& li
 } // namespace
 } // namespace formats
 
-Result<ModelInfo> read_safetensors(std::span<const std::string> paths, const ReadLimits& limits) {
+Result<ModelInfo> read_safetensors(Span<const std::string> paths, const ReadLimits& limits) {
     using namespace formats;
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no safetensors file given");
     if (paths.size() > limits.max_files)
@@ -558,7 +558,7 @@ Result<ModelInfo> read_safetensors(std::span<const std::string> paths, const Rea
     return assemble(std::move(files));
 }
 
-Result<ModelInfo> parse_safetensors(std::span<const std::byte> head, std::uint64_t file_size,
+Result<ModelInfo> parse_safetensors(Span<const std::byte> head, std::uint64_t file_size,
                                     std::string_view path, const ReadLimits& limits) {
     return formats::parse_memory(head, file_size, path, limits, &formats::parse_safetensors_file);
 }

@@ -68,7 +68,7 @@ const char* to_string(ModelFormat format) noexcept {
     return format == ModelFormat::gguf ? "gguf" : "safetensors";
 }
 
-std::span<const GgmlType> ggml_types() noexcept { return ggml_table; }
+Span<const GgmlType> ggml_types() noexcept { return ggml_table; }
 
 const GgmlType* find_ggml_type(std::uint32_t id) noexcept {
     for (const GgmlType& t : ggml_table)
@@ -82,7 +82,7 @@ const GgmlType* find_ggml_type(std::string_view name) noexcept {
     return nullptr;
 }
 
-Result<std::uint64_t> ggml_tensor_bytes(std::uint32_t type, std::span<const std::uint64_t> ne) {
+Result<std::uint64_t> ggml_tensor_bytes(std::uint32_t type, Span<const std::uint64_t> ne) {
     const GgmlType* t = find_ggml_type(type);
     if (t == nullptr)
         return make_error(ErrorKind::invalid_argument,
@@ -113,7 +113,7 @@ Result<std::uint64_t> ggml_tensor_bytes(std::uint32_t type, std::span<const std:
     return bytes;
 }
 
-std::span<const SafetensorsDtype> safetensors_dtypes() noexcept { return safetensors_table; }
+Span<const SafetensorsDtype> safetensors_dtypes() noexcept { return safetensors_table; }
 
 const SafetensorsDtype* find_safetensors_dtype(std::string_view name) noexcept {
     for (const SafetensorsDtype& d : safetensors_table)
@@ -122,7 +122,7 @@ const SafetensorsDtype* find_safetensors_dtype(std::string_view name) noexcept {
 }
 
 Result<std::uint64_t> safetensors_tensor_bytes(std::string_view dtype,
-                                               std::span<const std::uint64_t> shape) {
+                                               Span<const std::uint64_t> shape) {
     const SafetensorsDtype* d = find_safetensors_dtype(dtype);
     if (d == nullptr)
         return make_error(ErrorKind::invalid_argument,

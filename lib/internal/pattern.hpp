@@ -6,7 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
+#include "weightmap/span.hpp"
 
 namespace wm::internal {
 
@@ -18,7 +18,7 @@ constexpr std::uint8_t model_pattern_byte(std::uint64_t offset) noexcept {
 }
 
 /// Fills `out` with the pattern of the bytes at [offset, offset + out.size()).
-inline void fill_model_pattern(std::uint64_t offset, std::span<std::byte> out) noexcept {
+inline void fill_model_pattern(std::uint64_t offset, Span<std::byte> out) noexcept {
     std::uint64_t x = offset * 0x9E3779B97F4A7C15ull;
     for (std::byte& b : out) {
         b = static_cast<std::byte>(x >> 56);
@@ -29,7 +29,7 @@ inline void fill_model_pattern(std::uint64_t offset, std::span<std::byte> out) n
 /// Index of the first byte of `bytes` (read from absolute offset `offset`) that differs from the
 /// pattern, or bytes.size() when all match.
 inline std::size_t find_pattern_mismatch(std::uint64_t offset,
-                                         std::span<const std::byte> bytes) noexcept {
+                                         Span<const std::byte> bytes) noexcept {
     std::uint64_t x = offset * 0x9E3779B97F4A7C15ull;
     for (std::size_t i = 0; i < bytes.size(); ++i, x += 0x9E3779B97F4A7C15ull)
         if (bytes[i] != static_cast<std::byte>(x >> 56)) return i;

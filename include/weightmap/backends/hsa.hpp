@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 #include "weightmap/result.hpp"
 
@@ -76,13 +77,13 @@ struct HsaImporterParams {
 /// it is destroyed. The destructor unlocks whatever is still locked (with a warning through the
 /// log callback), then calls hsa_shut_down, then dlclose - in that order.
 /// Thread-safety: import(), release() and read_back() may be called concurrently.
-Result<std::unique_ptr<Importer>> make_hsa_importer(const HsaImporterParams& params = {});
+WM_API Result<std::unique_ptr<Importer>> make_hsa_importer(const HsaImporterParams& params = {});
 
 /// An arbitrary host range locked through an HSA importer as its page-aligned superset - the
 /// form an engine needs when it locks `mapping + tensor offset` directly, outside a plan.
 /// Move-only; destruction unlocks (release() does it earlier and reports a failure).
 /// The importer must outlive it. Not thread-safe itself; different objects are independent.
-class HsaLockedRange {
+class WM_API HsaLockedRange {
 public:
     HsaLockedRange() = default;
     HsaLockedRange(HsaLockedRange&& other) noexcept;
@@ -117,7 +118,7 @@ private:
 /// Fails with invalid_argument for another kind of importer, a null address, a zero size or a
 /// range that wraps the address space; otherwise with the importer's own error (its budget,
 /// its availability, or the runtime's status string). Nothing stays locked on failure.
-Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,
+WM_API Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,
                                          std::uint64_t size);
 
 } // namespace wm

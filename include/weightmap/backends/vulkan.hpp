@@ -36,6 +36,7 @@
 
 #include <vulkan/vulkan_core.h>
 
+#include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/result.hpp"
@@ -110,7 +111,7 @@ struct VulkanImporterParams {
 /// Thread-safety of the importer: import(), release(), read_back(), allocate_copy() and
 /// free_copy() may be called concurrently from any threads. It frees any buffer still imported
 /// when it is destroyed (with a warning), so the device must outlive it.
-Result<std::unique_ptr<Importer>> make_vulkan_importer(const VulkanImporterParams& params);
+WM_API Result<std::unique_ptr<Importer>> make_vulkan_importer(const VulkanImporterParams& params);
 
 /// What a Vulkan importer read from its device, for reports and for engines that size their own
 /// buffers the same way. Plain data.
@@ -136,7 +137,7 @@ struct VulkanImporterFacts {
 /// The facts of `importer` when it is a Vulkan importer (make_vulkan_importer() or the
 /// registry's default one) that got as far as reading its device; otherwise unsupported with the
 /// reason. Thread-safe.
-Result<VulkanImporterFacts> vulkan_importer_facts(const Importer& importer);
+WM_API Result<VulkanImporterFacts> vulkan_importer_facts(const Importer& importer);
 
 namespace detail {
 template <class Handle>
