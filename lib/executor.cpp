@@ -120,7 +120,8 @@ TensorLocation Placement::locate(std::uint32_t index) const {
                                                : std::string_view(place.reason);
         return location;
     }
-    const auto& live = impl.imports[impl.run_import[place.region][place.run]];
+    location.import_index = impl.run_import[place.region][place.run];
+    const auto& live = impl.imports[location.import_index];
     location.imported = true;
     location.buffer = &live.buffer;
     location.offset_in_buffer = place.offset_in_run;

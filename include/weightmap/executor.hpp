@@ -41,6 +41,7 @@ struct ExecuteOptions {
 struct TensorLocation {
     bool imported = false;                 ///< false: fallback, the engine copies it
     const ImportedBuffer* buffer = nullptr; ///< the import serving it, when imported
+    std::uint32_t import_index = no_index; ///< that import's index for Placement::import_at()
     std::uint64_t offset_in_buffer = 0;    ///< buffer->host_address + this == host_address
     const std::byte* host_address = nullptr; ///< the tensor's bytes in the mapping (always set)
     std::string_view reason;               ///< why it falls back; empty when imported

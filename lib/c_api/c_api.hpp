@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// What the C API's translation units share: the handles, error reporting and the struct_size
+// rules. Internal.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weightmap/executor.hpp"
+#include "weightmap/importer.hpp"
+#include "weightmap/mapping.hpp"
+#include "weightmap/model.hpp"
+#include "weightmap/planner.hpp"
+#include "weightmap/result.hpp"
+#include "weightmap/split_sync.hpp"
+#include "weightmap/weightmap.h"
+
+struct wm_importer {
+    std::unique_ptr<wm::Importer> importer;
+    std::mutex availability_mutex; // guards availability_reason
+    std::string availability_reason;
+};
+
+struct wm_model {
+    wm::ModelDesc desc;
+};
+
+// A plan the caller owns (plan points at storage) or the executed plan of a placement (plan
+// points into the placement, storage stays empty).
+struct wm_plan {
+    wm::Plan storage;
+    const wm::Plan* plan = &storage;
+};
+
+struct wm_placement {
+    wm::Placement placement;
+    wm_plan plan_view;
+};
+
+struct wm_mapping_decision {
+    wm::MappingDecision decision;
+};
+
+struct wm_mapped_model {
+    wm::MappedModel mapped;
+    std::vector<wm_mapped_file> files; // C view of mapped.files(), made once at open
+};
+
+struct wm_split_sync {
+    wm::SplitSync sync;
+};
+
+namespace wm::c_api {
+
+/// Records `message` as this thread's last error and returns `status`.
+wm_status fail(wm_status status, std::string message);
+/// The C status of a C++ error, recorded as this thread's last error.
+wm_status fail(const Error& error);
+wm_status status_of(ErrorKind kind) noexcept;
+ErrorKind kind_of(wm_status status) noexcept;
+
+/// Runs `body` (returning wm_status) so that no exception crosses into C: bad_alloc becomes
+/// WM_ERROR_OUT_OF_MEMORY and anything else WM_ERROR_INTERNAL, naming `function`.
+template <class Body>
+wm_status guarded(const char* function, Body&& body) noexcept {
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        return fail(WM_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of memory");
+    } catch (const std::exception& e) {
+        return fail(WM_ERROR_INTERNAL, std::string(function) + ": " + e.what());
+    } catch (...) {
+        return fail(WM_ERROR_INTERNAL, std::string(function) + ": unknown exception");
+    }
+}
+
+/// WM_ERROR_INVALID_ARGUMENT "FUNCTION: NAME is NULL" when `pointer` is null.
+inline bool null_arg(const void* pointer, const char* function, const char* name,
+                     wm_status& status) {
+    if (pointer != nullptr) return false;
+    status = fail(WM_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + name + " is NULL");
+    return true;
+}
+
+inline std::string index_message(const std::string& where, const char* what, std::uint64_t index,
+                                 std::uint64_t count) {
+    return where + ": " + what + " " + std::to_string(index) + " is out of range (" +
+           std::to_string(count) + ")";
+}
+
+/// WM_ERROR_INVALID_ARGUMENT "FUNCTION: WHAT INDEX is out of range (COUNT)" unless index < count.
+inline bool bad_index(std::uint64_t index, std::uint64_t count, const char* function,
+                      const char* what, wm_status& status) {
+    if (index < count) return false;
+    status = fail(WM_ERROR_INVALID_ARGUMENT, index_message(function, what, index, count));
+    return true;
+}
+
+// The smallest struct_size each struct accepts: its size in the first version of weightmap.h.
+// Every struct is still at its first version, so that is sizeof today; when a field is added,
+// the value here stays and the new field gets its default for older callers.
+template <class T>
+inline constexpr std::size_t first_version_size = sizeof(T);
+
+/// Checks the caller's struct_size of `in` (named `what` in messages).
+template <class T>
+bool bad_struct_size(const T* in, const char* function, const char* what, wm_status& status) {
+    if (in->struct_size >= first_version_size<T>) return false;
+    status = fail(WM_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": " + what + "->struct_size is " +
+                      std::to_string(in->struct_size) + ", smaller than any version of it (" +
+                      std::to_string(first_version_size<T>) + ")");
+    return true;
+}
+
+/// An input struct over `defaults`: the caller's first struct_size bytes win.
+template <class T>
+T read_struct(const T& in, T defaults) {
+    std::memcpy(&defaults, &in, std::min<std::size_t>(in.struct_size, sizeof(T)));
+    defaults.struct_size = sizeof(T);
+    return defaults;
+}
+
+/// Writes `value` into the caller's struct, no further than its struct_size.
+template <class T>
+void write_struct(T* out, T value) {
+    const std::size_t size = std::min<std::size_t>(out->struct_size, sizeof(T));
+    value.struct_size = out->struct_size;
+    std::memcpy(out, &value, size);
+}
+
+/// Validates `out` (not null, big enough) and writes `value` into it.
+template <class T>
+wm_status write_out(T* out, T value, const char* function, const char* what) {
+    wm_status status = WM_OK;
+    if (null_arg(out, function, what, status) || bad_struct_size(out, function, what, status))
+        return status;
+    write_struct(out, std::move(value));
+    return WM_OK;
+}
+
+ImporterCaps caps_from_c(const wm_importer_caps& caps);
+wm_importer_caps caps_to_c(const ImporterCaps& caps);
+ImportedBuffer buffer_from_c(const wm_imported_buffer& buffer);
+wm_imported_buffer buffer_to_c(const ImportedBuffer& buffer);
+/// A std::function sink over a C log callback (empty when `log` is NULL).
+LogCallback log_from_c(wm_log_fn log, void* user);
+
+} // namespace wm::c_api

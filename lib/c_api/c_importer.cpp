@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+// C importers: the registry's, the CPU passthrough, and an engine's own through a vtable.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "c_api.hpp"
+#include "weightmap/registry.hpp"
+
+namespace wm::c_api {
+
+ImporterCaps caps_from_c(const wm_importer_caps& caps) {
+    ImporterCaps out;
+    out.needs_writable_mapping = caps.needs_writable_mapping;
+    out.alignment = caps.alignment;
+    out.max_import_size = caps.max_import_size;
+    out.is_cpu = caps.is_cpu;
+    out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
+    return out;
+}
+
+wm_importer_caps caps_to_c(const ImporterCaps& caps) {
+    wm_importer_caps out{};
+    out.struct_size = sizeof out;
+    out.needs_writable_mapping = caps.needs_writable_mapping;
+    out.alignment = caps.alignment;
+    out.max_import_size = caps.max_import_size;
+    out.is_cpu = caps.is_cpu;
+    out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
+    return out;
+}
+
+ImportedBuffer buffer_from_c(const wm_imported_buffer& buffer) {
+    return {buffer.host_address, buffer.size, buffer.device_address, buffer.native_memory,
+            buffer.native_buffer, buffer.imported};
+}
+
+wm_imported_buffer buffer_to_c(const ImportedBuffer& buffer) {
+    return {buffer.host_address, buffer.size, buffer.device_address, buffer.native_memory,
+            buffer.native_buffer, buffer.imported};
+}
+
+namespace {
+
+constexpr std::size_t reason_capacity = 1024;
+
+// The text a callback wrote into its reason buffer, or `otherwise` when it wrote none.
+std::string reason_text(std::vector<char>& reason, const std::string& otherwise) {
+    reason.back() = '\0'; // a callback that filled the buffer may have left no NUL
+    return reason[0] != '\0' ? std::string(reason.data()) : otherwise;
+}
+
+// An importer the engine supplies as a table of C function pointers.
+class VtableImporter final : public Importer {
+public:
+    VtableImporter(const wm_importer_vtable& vtable, void* user)
+        : vtable_(vtable), user_(user), name_(vtable.name) {}
+    ~VtableImporter() override {
+        if (vtable_.destroy != nullptr) vtable_.destroy(user_);
+    }
+
+    std::string_view name() const noexcept override { return name_; }
+
+    ImporterCaps caps() const noexcept override {
+        wm_importer_caps caps = caps_to_c(ImporterCaps{});
+        vtable_.caps(user_, &caps);
+        return caps_from_c(caps);
+    }
+
+    Availability available() const override {
+        if (vtable_.available == nullptr) return {true, {}};
+        std::vector<char> reason(reason_capacity, '\0');
+        if (vtable_.available(user_, reason.data(), reason.size())) return {true, {}};
+        return {false, reason_text(reason, name_ + " says it is unavailable (no reason given)")};
+    }
+
+    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
+        wm_imported_buffer out{};
+        out.imported = true;
+        std::vector<char> reason(reason_capacity, '\0');
+        const wm_status status =
+            vtable_.import(user_, host_address, size, &out, reason.data(), reason.size());
+        if (status != WM_OK)
+            return make_error(kind_of(status),
+                              reason_text(reason, std::string(wm_status_name(status)) +
+                                                      " (no reason given)"));
+        return buffer_from_c(out);
+    }
+
+    Status release(const ImportedBuffer& buffer) noexcept override {
+        const wm_imported_buffer c_buffer = buffer_to_c(buffer);
+        const wm_status status = vtable_.release(user_, &c_buffer);
+        if (status == WM_OK) return {};
+        return make_error(kind_of(status), wm_status_name(status));
+    }
+
+    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
+                     void* dst) override {
+        if (vtable_.read_back == nullptr) return Importer::read_back(buffer, offset, size, dst);
+        const wm_imported_buffer c_buffer = buffer_to_c(buffer);
+        std::vector<char> reason(reason_capacity, '\0');
+        const wm_status status = vtable_.read_back(user_, &c_buffer, offset, size, dst,
+                                                   reason.data(), reason.size());
+        if (status == WM_OK) return {};
+        return make_error(kind_of(status), reason_text(reason, wm_status_name(status)));
+    }
+
+private:
+    wm_importer_vtable vtable_;
+    void* user_;
+    std::string name_;
+};
+
+wm_status hand_out(std::unique_ptr<Importer> importer, wm_importer** out) {
+    auto handle = std::make_unique<wm_importer>();
+    handle->importer = std::move(importer);
+    *out = handle.release();
+    return WM_OK;
+}
+
+// Registry entries as NUL-terminated strings (the table holds string_views).
+struct RegistryStrings {
+    std::vector<std::string> names, notes;
+};
+const RegistryStrings& registry_strings() {
+    static const RegistryStrings strings = [] {
+        RegistryStrings s;
+        for (const ImporterEntry& entry : importer_registry()) {
+            s.names.emplace_back(entry.name);
+            s.notes.emplace_back(entry.build_note);
+        }
+        return s;
+    }();
+    return strings;
+}
+
+} // namespace
+} // namespace wm::c_api
+
+using namespace wm::c_api;
+
+extern "C" {
+
+wm_status wm_importer_create_custom(const wm_importer_vtable* vtable, void* user,
+                                    wm_importer** out) {
+    static constexpr const char* fn = "wm_importer_create_custom";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(vtable, fn, "vtable", status) || null_arg(out, fn, "out", status) ||
+            bad_struct_size(vtable, fn, "vtable", status))
+            return status;
+        const wm_importer_vtable table = read_struct(*vtable, wm_importer_vtable{});
+        const char* missing = table.name == nullptr || table.name[0] == '\0' ? "name"
+                              : table.caps == nullptr                        ? "caps"
+                              : table.import == nullptr                      ? "import"
+                              : table.release == nullptr                     ? "release"
+                                                                             : nullptr;
+        if (missing != nullptr)
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": vtable->" + missing + " is required");
+        return hand_out(std::make_unique<VtableImporter>(table, user), out);
+    });
+}
+
+uint32_t wm_registry_count(void) {
+    return static_cast<uint32_t>(wm::importer_registry().size());
+}
+
+wm_status wm_registry_get(uint32_t index, wm_registry_entry* out) {
+    static constexpr const char* fn = "wm_registry_get";
+    return guarded(fn, [&] {
+        const auto table = wm::importer_registry();
+        if (index >= table.size())
+            return fail(WM_ERROR_INVALID_ARGUMENT, std::string(fn) + ": index " +
+                                                       std::to_string(index) + " of " +
+                                                       std::to_string(table.size()) + " entries");
+        const RegistryStrings& strings = registry_strings();
+        return write_out(out,
+                         wm_registry_entry{sizeof(wm_registry_entry), strings.names[index].c_str(),
+                                           table[index].built, strings.notes[index].c_str()},
+                         fn, "out");
+    });
+}
+
+wm_status wm_importer_create(const char* name, wm_importer** out) {
+    static constexpr const char* fn = "wm_importer_create";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(name, fn, "name", status) || null_arg(out, fn, "out", status)) return status;
+        auto created = wm::create_importer(name);
+        if (!created) return fail(created.error());
+        return hand_out(std::move(created).value(), out);
+    });
+}
+
+wm_status wm_importer_create_cpu(wm_importer** out) {
+    static constexpr const char* fn = "wm_importer_create_cpu";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(out, fn, "out", status)) return status;
+        return hand_out(wm::make_cpu_importer(), out);
+    });
+}
+
+void wm_importer_destroy(wm_importer* importer) { delete importer; }
+
+const char* wm_importer_name(const wm_importer* importer) {
+    // Every importer's name is NUL-terminated: registry names are literals, a custom one a
+    // std::string.
+    return importer == nullptr ? nullptr : importer->importer->name().data();
+}
+
+wm_status wm_importer_get_caps(const wm_importer* importer, wm_importer_caps* out) {
+    static constexpr const char* fn = "wm_importer_get_caps";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(importer, fn, "importer", status)) return status;
+        return write_out(out, caps_to_c(importer->importer->caps()), fn, "out");
+    });
+}
+
+bool wm_importer_available(wm_importer* importer, const char** reason) {
+    if (importer == nullptr) {
+        fail(WM_ERROR_INVALID_ARGUMENT, "wm_importer_available: importer is NULL");
+        if (reason != nullptr) *reason = "importer is NULL";
+        return false;
+    }
+    try {
+        wm::Availability availability = importer->importer->available();
+        std::lock_guard<std::mutex> lock(importer->availability_mutex);
+        importer->availability_reason = std::move(availability.reason);
+        if (reason != nullptr) *reason = importer->availability_reason.c_str();
+        return availability.available;
+    } catch (...) {
+        fail(WM_ERROR_OUT_OF_MEMORY, "wm_importer_available: out of memory");
+        if (reason != nullptr) *reason = "out of memory";
+        return false;
+    }
+}
+
+wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer* buffer,
+                                uint64_t offset, uint64_t size, void* dst) {
+    static constexpr const char* fn = "wm_importer_read_back";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(importer, fn, "importer", status) || null_arg(buffer, fn, "buffer", status) ||
+            (size != 0 && null_arg(dst, fn, "dst", status)))
+            return status;
+        if (offset > buffer->size || size > buffer->size - offset)
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": [" + std::to_string(offset) + ", +" +
+                            std::to_string(size) + ") is outside the buffer of " +
+                            std::to_string(buffer->size) + " bytes");
+        wm::Status read = importer->importer->read_back(buffer_from_c(*buffer), offset, size, dst);
+        return read ? WM_OK : fail(read.error());
+    });
+}
+
+} // extern "C"
