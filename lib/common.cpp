@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Small shared pieces of the public API: error names, the log sink, target descriptions.
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -21,9 +22,23 @@ const char* to_string(ErrorKind kind) noexcept {
     case ErrorKind::limit: return "limit";
     case ErrorKind::aborted: return "aborted";
     case ErrorKind::internal: return "internal";
+    case ErrorKind::out_of_memory: return "out_of_memory";
     }
     return "unknown";
 }
+
+namespace detail {
+void value_of_error(const Error& error) noexcept {
+    std::fprintf(stderr, "weightmap: Result::value() called on an error: %s: %s\n",
+                 to_string(error.kind), error.message.c_str());
+    std::abort();
+}
+
+const Error& no_error() noexcept {
+    static const Error none{ErrorKind::internal, "not an error: the Result holds a value"};
+    return none;
+}
+} // namespace detail
 
 namespace {
 std::mutex log_mutex;

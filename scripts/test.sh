@@ -3,16 +3,18 @@
 #
 # Stages (each fails the run on any failure or sanitizer report):
 #   1. release build with -Werror, every test
-#   2. AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) build, every test
-#   3. ThreadSanitizer build, the tests that run threads
-#   4. every libFuzzer target for a bounded time (FUZZ_SECONDS, default 30 each)
-# STAGES="release asan" limits the stages (default: all four).
+#   2. consumers: the release build installed into a temporary prefix and used from outside the
+#      tree (pkg-config C99, CMake C++17, Meson subproject, a build without Vulkan and HSA)
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) build, every test
+#   4. ThreadSanitizer build, the tests that run threads
+#   5. every libFuzzer target for a bounded time (FUZZ_SECONDS, default 30 each)
+# STAGES="release asan" limits the stages (default: all five).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
 
-stages=${STAGES:-release asan tsan fuzz}
+stages=${STAGES:-release consumers asan tsan fuzz}
 common=(--werror -Dvulkan=enabled -Dhsa=enabled)
 passed=0
 failed=0
@@ -24,6 +26,20 @@ count() {
   local ok bad
   ok=$(grep -c '"result": "OK"' "$log" || true)
   bad=$(grep -cE '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' "$log" || true)
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+  summary+=("$2: $ok passed, $bad failed")
+}
+
+# Counts tests/consumers/run.sh's last line ("N passed, M failed") from its log; no such line
+# (the script died) is one failure.
+count_consumers() {
+  local ok=0 bad=1 line
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" 2> /dev/null | tail -n 1 || true)
+  if [[ -n $line ]]; then
+    ok=${line%% passed*}
+    bad=${line#*, }; bad=${bad%% failed}
+  fi
   passed=$((passed + ok))
   failed=$((failed + bad))
   summary+=("$2: $ok passed, $bad failed")
@@ -45,6 +61,11 @@ for stage in $stages; do
       run_stage release build-ci bash -c "bash scripts/build.sh build-ci ${common[*]} &&
         meson test -C build-ci --print-errorlogs" || overall=1
       count build-ci release ;;
+    consumers)
+      mkdir -p build-ci
+      run_stage consumers build-ci bash -c "set -o pipefail
+        bash tests/consumers/run.sh build-ci | tee build-ci/consumers.log" || overall=1
+      count_consumers build-ci/consumers.log consumers ;;
     asan)
       # LeakSanitizer cannot attribute what Mesa's lavapipe leaks from its JIT-compiled code
       # (every frame is "<unknown module>", which no suppression can name), so the Vulkan suite

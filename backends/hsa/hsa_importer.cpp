@@ -269,37 +269,6 @@ std::unique_ptr<Importer> create_default_hsa_importer() {
     return std::move(importer).value();
 }
 
-// --- HsaLockedRange ---------------------------------------------------------------------------
-
-HsaLockedRange::HsaLockedRange(HsaLockedRange&& other) noexcept
-    : importer_(std::exchange(other.importer_, nullptr)), buffer_(other.buffer_),
-      delta_(other.delta_) {}
-
-HsaLockedRange& HsaLockedRange::operator=(HsaLockedRange&& other) noexcept {
-    if (this != &other) {
-        if (Status s = release(); !s) log_message({}, LogLevel::warning, s.error().message);
-        importer_ = std::exchange(other.importer_, nullptr);
-        buffer_ = other.buffer_;
-        delta_ = other.delta_;
-    }
-    return *this;
-}
-
-HsaLockedRange::~HsaLockedRange() {
-    if (Status s = release(); !s) log_message({}, LogLevel::warning, s.error().message);
-}
-
-void* HsaLockedRange::agent_address() const noexcept {
-    if (buffer_.device_address == nullptr) return nullptr;
-    return static_cast<std::byte*>(buffer_.device_address) + delta_;
-}
-
-Status HsaLockedRange::release() noexcept {
-    Importer* importer = std::exchange(importer_, nullptr);
-    if (importer == nullptr) return {};
-    return importer->release(buffer_);
-}
-
 Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,
                                          std::uint64_t size) {
     if (dynamic_cast<HsaImporter*>(&hsa_importer) == nullptr)

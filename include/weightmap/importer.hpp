@@ -32,6 +32,16 @@ struct ImporterCaps {
     /// may drop write access once importing is done and a stray store faults instead of
     /// corrupting the model file.
     bool survives_read_only_reprotect = false;
+    /// The device cannot import pages of a file mapping (the weights' page cache), as the
+    /// importer's own probe found before the planner counts on it: RADV imports host pointers
+    /// through libdrm's amdgpu_create_bo_from_user_mem, which always passes
+    /// AMDGPU_GEM_USERPTR_ANONONLY, and the kernel returns -EPERM for any VMA with a backing file
+    /// (memfd and shmem included). The planner then makes every region of such an importer a
+    /// fallback, with file_pages_note as the reason. (False by default, so that a zeroed C
+    /// struct means the defaults.)
+    bool refuses_file_pages = false;
+    /// Why refuses_file_pages is set: the driver and what its probe returned. Empty otherwise.
+    std::string file_pages_note;
 };
 
 /// Whether an importer can be used on this machine, and why not.
@@ -62,7 +72,8 @@ public:
 
     /// Short stable name: "cpu", "vulkan", "hsa", or a test's own.
     virtual std::string_view name() const noexcept = 0;
-    virtual ImporterCaps caps() const noexcept = 0;
+    /// May allocate (file_pages_note), so it is not noexcept; implementations may be.
+    virtual ImporterCaps caps() const = 0;
     /// Cheap after the first call. When false, reason says what is missing.
     virtual Availability available() const = 0;
 

@@ -60,9 +60,10 @@ struct MappingOptions {
     bool will_need = false; ///< madvise(MADV_WILLNEED): start read-ahead, do not wait
     bool lock = false;      ///< mlock the whole mapping (needs RLIMIT_MEMLOCK or CAP_IPC_LOCK)
     AccessHint hint = AccessHint::normal; ///< madvise MADV_RANDOM / MADV_SEQUENTIAL
-    /// Base address alignment of each mapping, a power of two >= the page size; 0: the page
-    /// size. Set it to the largest importer alignment when that exceeds the page, so an extent
-    /// aligned in file offsets is aligned in memory too.
+    /// Base address alignment of each mapping, a power of two (one below the page size, and 0,
+    /// mean the page size; anything else is invalid_argument). Set it to the largest importer
+    /// alignment when that exceeds the page, so an extent aligned in file offsets is aligned in
+    /// memory too.
     std::uint64_t base_alignment = 0;
 };
 

@@ -24,6 +24,7 @@ enum class ErrorKind {
     limit,            ///< a size, count or budget limit was exceeded
     aborted,          ///< the caller's callback asked to stop
     internal,         ///< a bug in libweightmap; please report it
+    out_of_memory,    ///< an allocation failed (reported where a noexcept call caught it)
 };
 
 /// Human-readable name of an ErrorKind ("invalid_argument", ...). Never null.
@@ -40,8 +41,18 @@ inline Error make_error(ErrorKind kind, std::string message) {
     return Error{kind, std::move(message)};
 }
 
+namespace detail {
+/// What value() does on an error: prints "weightmap: Result::value() called on an error:
+/// KIND: MESSAGE" to stderr and aborts. A contract violation, like dereferencing an empty
+/// optional, but a defined one: no exception crosses the API and nothing reads garbage.
+[[noreturn]] WM_API void value_of_error(const Error& error) noexcept;
+/// What error() returns for a Result that holds a value: kind internal, "not an error".
+WM_API const Error& no_error() noexcept;
+} // namespace detail
+
 /// Either a T or an Error. Check ok() (or the bool conversion) before value().
-/// Calling value() on an error, or error() on a value, is a programming error (asserts).
+/// value() (and ->, *) on an error aborts with the error's message (detail::value_of_error);
+/// error() on a value returns detail::no_error(). Neither throws.
 template <class T>
 class [[nodiscard]] Result {
 public:
@@ -51,18 +62,33 @@ public:
     bool ok() const noexcept { return state_.index() == 0; }
     explicit operator bool() const noexcept { return ok(); }
 
-    T& value() & { return std::get<0>(state_); }
-    const T& value() const& { return std::get<0>(state_); }
-    T&& value() && { return std::get<0>(std::move(state_)); }
-    T* operator->() { return &value(); }
-    const T* operator->() const { return &value(); }
-    T& operator*() & { return value(); }
-    const T& operator*() const& { return value(); }
+    T& value() & noexcept { return *checked(); }
+    const T& value() const& noexcept { return *checked(); }
+    T&& value() && noexcept { return std::move(*checked()); }
+    T* operator->() noexcept { return checked(); }
+    const T* operator->() const noexcept { return checked(); }
+    T& operator*() & noexcept { return value(); }
+    const T& operator*() const& noexcept { return value(); }
 
-    const Error& error() const& { return std::get<1>(state_); }
-    Error&& error() && { return std::get<1>(std::move(state_)); }
+    const Error& error() const& noexcept {
+        const Error* e = std::get_if<1>(&state_);
+        return e != nullptr ? *e : detail::no_error();
+    }
+    Error error() && {
+        Error* e = std::get_if<1>(&state_);
+        return e != nullptr ? std::move(*e) : detail::no_error();
+    }
 
 private:
+    T* checked() noexcept {
+        if (T* v = std::get_if<0>(&state_)) return v;
+        detail::value_of_error(*std::get_if<1>(&state_));
+    }
+    const T* checked() const noexcept {
+        if (const T* v = std::get_if<0>(&state_)) return v;
+        detail::value_of_error(*std::get_if<1>(&state_));
+    }
+
     std::variant<T, Error> state_;
 };
 
@@ -75,8 +101,8 @@ public:
 
     bool ok() const noexcept { return !failed_; }
     explicit operator bool() const noexcept { return ok(); }
-    const Error& error() const& { return error_; }
-    Error&& error() && { return std::move(error_); }
+    const Error& error() const& noexcept { return failed_ ? error_ : detail::no_error(); }
+    Error error() && { return failed_ ? std::move(error_) : detail::no_error(); }
 
 private:
     Error error_{};

@@ -104,6 +104,13 @@ typedef struct wm_importer_caps {
     bool is_cpu;
     /* An import stays valid after the mapping is re-protected PROT_READ. */
     bool survives_read_only_reprotect;
+    /* The device cannot import pages of a file mapping (its driver refuses them, as RADV does:
+     * AMDGPU_GEM_USERPTR_ANONONLY): every region of the importer falls back with
+     * file_pages_note as the reason. Default false. */
+    bool refuses_file_pages;
+    /* Why refuses_file_pages is set; "" or NULL otherwise. Copied when passed in; from
+     * wm_importer_get_caps owned by the importer, valid until its next get_caps or destroy. */
+    const char* file_pages_note;
 } wm_importer_caps;
 
 /* One imported range (importer.hpp's ImportedBuffer). Frozen layout. An engine importer may keep
@@ -179,7 +186,7 @@ WM_API void wm_importer_destroy(wm_importer* importer);
 
 /* The importer's name; NULL for a NULL importer. */
 WM_API const char* wm_importer_name(const wm_importer* importer);
-WM_API wm_status wm_importer_get_caps(const wm_importer* importer, wm_importer_caps* out);
+WM_API wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out);
 /* Whether it can import now. `reason` (may be NULL) receives "" or why not; the string is owned
  * by the importer and valid until the next wm_importer_available on it or its destruction. */
 WM_API bool wm_importer_available(wm_importer* importer, const char** reason);
@@ -415,7 +422,7 @@ typedef struct wm_mapping_options {
     bool will_need;          /* madvise(MADV_WILLNEED) */
     bool lock;               /* mlock the whole mapping */
     wm_access_hint hint;
-    uint64_t base_alignment; /* a power of two >= the page size; 0: the page size */
+    uint64_t base_alignment; /* a power of two (below the page size, and 0: the page size) */
 } wm_mapping_options;
 WM_API void wm_mapping_options_init(wm_mapping_options* options);
 

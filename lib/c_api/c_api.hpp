@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,8 @@ struct wm_importer {
     std::unique_ptr<wm::Importer> importer;
     std::mutex availability_mutex; // guards availability_reason
     std::string availability_reason;
+    std::mutex caps_mutex; // guards caps: the last wm_importer_get_caps answer, whose note the
+    wm::ImporterCaps caps; // caller's wm_importer_caps points to
 };
 
 struct wm_model {
@@ -60,8 +63,8 @@ namespace wm::c_api {
 
 /// Records `message` as this thread's last error and returns `status`.
 wm_status fail(wm_status status, std::string message);
-/// The C status of a C++ error, recorded as this thread's last error.
-wm_status fail(const Error& error);
+/// The C status of a C++ error, recorded as this thread's last error as "FUNCTION: MESSAGE".
+wm_status fail(const char* function, const Error& error);
 wm_status status_of(ErrorKind kind) noexcept;
 ErrorKind kind_of(wm_status status) noexcept;
 
@@ -100,6 +103,16 @@ inline bool bad_index(std::uint64_t index, std::uint64_t count, const char* func
     if (index < count) return false;
     status = fail(WM_ERROR_INVALID_ARGUMENT, index_message(function, what, index, count));
     return true;
+}
+
+/// The integer a caller stored in a C enum, read without loading it as the enum type: C allows
+/// any int there, and a C++ load of a value outside the enumerators is undefined behaviour
+/// (UBSan: "not a valid value for type"), which an optimiser may use to drop the range check.
+template <class Enum>
+long long raw_enum(const Enum& value) noexcept {
+    std::underlying_type_t<Enum> raw;
+    std::memcpy(&raw, &value, sizeof raw);
+    return static_cast<long long>(raw);
 }
 
 // The smallest struct_size each struct accepts: its size in the first version of weightmap.h.

@@ -15,7 +15,9 @@ wm_status fail(wm_status status, std::string message) {
     return status;
 }
 
-wm_status fail(const Error& error) { return fail(status_of(error.kind), error.message); }
+wm_status fail(const char* function, const Error& error) {
+    return fail(status_of(error.kind), std::string(function) + ": " + error.message);
+}
 
 wm_status status_of(ErrorKind kind) noexcept {
     switch (kind) {
@@ -27,6 +29,7 @@ wm_status status_of(ErrorKind kind) noexcept {
     case ErrorKind::limit: return WM_ERROR_LIMIT;
     case ErrorKind::aborted: return WM_ERROR_ABORTED;
     case ErrorKind::internal: return WM_ERROR_INTERNAL;
+    case ErrorKind::out_of_memory: return WM_ERROR_OUT_OF_MEMORY;
     }
     return WM_ERROR_INTERNAL;
 }
@@ -39,8 +42,8 @@ ErrorKind kind_of(wm_status status) noexcept {
     case WM_ERROR_UNSUPPORTED: return ErrorKind::unsupported;
     case WM_ERROR_LIMIT: return ErrorKind::limit;
     case WM_ERROR_ABORTED: return ErrorKind::aborted;
-    case WM_ERROR_INTERNAL:
-    case WM_ERROR_OUT_OF_MEMORY: return ErrorKind::internal;
+    case WM_ERROR_INTERNAL: return ErrorKind::internal;
+    case WM_ERROR_OUT_OF_MEMORY: return ErrorKind::out_of_memory;
     case WM_OK:
     case WM_ERROR_IMPORT_FAILED: break;
     }

@@ -16,6 +16,8 @@ ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     out.max_import_size = caps.max_import_size;
     out.is_cpu = caps.is_cpu;
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
+    out.refuses_file_pages = caps.refuses_file_pages;
+    if (caps.file_pages_note != nullptr) out.file_pages_note = caps.file_pages_note;
     return out;
 }
 
@@ -27,6 +29,9 @@ wm_importer_caps caps_to_c(const ImporterCaps& caps) {
     out.max_import_size = caps.max_import_size;
     out.is_cpu = caps.is_cpu;
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
+    out.refuses_file_pages = caps.refuses_file_pages;
+    // An empty note is the literal "", so caps of a temporary never leave a dangling pointer.
+    out.file_pages_note = caps.file_pages_note.empty() ? "" : caps.file_pages_note.c_str();
     return out;
 }
 
@@ -43,6 +48,13 @@ wm_imported_buffer buffer_to_c(const ImportedBuffer& buffer) {
 namespace {
 
 constexpr std::size_t reason_capacity = 1024;
+
+// What an engine callback returned, as a valid wm_status: C lets it return any int, which a
+// C++ switch over wm_status must not see (undefined behaviour; raw_enum says why).
+wm_status callback_status(long long raw) noexcept {
+    if (raw < WM_OK || raw > WM_ERROR_OUT_OF_MEMORY) return WM_ERROR_INTERNAL;
+    return static_cast<wm_status>(raw);
+}
 
 // The text a callback wrote into its reason buffer, or `otherwise` when it wrote none.
 std::string reason_text(std::vector<char>& reason, const std::string& otherwise) {
@@ -61,7 +73,7 @@ public:
 
     std::string_view name() const noexcept override { return name_; }
 
-    ImporterCaps caps() const noexcept override {
+    ImporterCaps caps() const override {
         wm_importer_caps caps = caps_to_c(ImporterCaps{});
         vtable_.caps(user_, &caps);
         return caps_from_c(caps);
@@ -78,8 +90,8 @@ public:
         wm_imported_buffer out{};
         out.imported = true;
         std::vector<char> reason(reason_capacity, '\0');
-        const wm_status status =
-            vtable_.import(user_, host_address, size, &out, reason.data(), reason.size());
+        const wm_status status = callback_status(
+            raw_enum(vtable_.import(user_, host_address, size, &out, reason.data(), reason.size())));
         if (status != WM_OK)
             return make_error(kind_of(status),
                               reason_text(reason, std::string(wm_status_name(status)) +
@@ -89,7 +101,7 @@ public:
 
     Status release(const ImportedBuffer& buffer) noexcept override {
         const wm_imported_buffer c_buffer = buffer_to_c(buffer);
-        const wm_status status = vtable_.release(user_, &c_buffer);
+        const wm_status status = callback_status(raw_enum(vtable_.release(user_, &c_buffer)));
         if (status == WM_OK) return {};
         return make_error(kind_of(status), wm_status_name(status));
     }
@@ -99,8 +111,8 @@ public:
         if (vtable_.read_back == nullptr) return Importer::read_back(buffer, offset, size, dst);
         const wm_imported_buffer c_buffer = buffer_to_c(buffer);
         std::vector<char> reason(reason_capacity, '\0');
-        const wm_status status = vtable_.read_back(user_, &c_buffer, offset, size, dst,
-                                                   reason.data(), reason.size());
+        const wm_status status = callback_status(raw_enum(vtable_.read_back(
+            user_, &c_buffer, offset, size, dst, reason.data(), reason.size())));
         if (status == WM_OK) return {};
         return make_error(kind_of(status), reason_text(reason, wm_status_name(status)));
     }
@@ -188,7 +200,7 @@ wm_status wm_importer_create(const char* name, wm_importer** out) {
         wm_status status = WM_OK;
         if (null_arg(name, fn, "name", status) || null_arg(out, fn, "out", status)) return status;
         auto created = wm::create_importer(name);
-        if (!created) return fail(created.error());
+        if (!created) return fail(fn, created.error());
         return hand_out(std::move(created).value(), out);
     });
 }
@@ -210,12 +222,14 @@ const char* wm_importer_name(const wm_importer* importer) {
     return importer == nullptr ? nullptr : importer->importer->name().data();
 }
 
-wm_status wm_importer_get_caps(const wm_importer* importer, wm_importer_caps* out) {
+wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out) {
     static constexpr const char* fn = "wm_importer_get_caps";
     return guarded(fn, [&] {
         wm_status status = WM_OK;
         if (null_arg(importer, fn, "importer", status)) return status;
-        return write_out(out, caps_to_c(importer->importer->caps()), fn, "out");
+        std::lock_guard<std::mutex> lock(importer->caps_mutex);
+        importer->caps = importer->importer->caps(); // owns the note the C caps point to
+        return write_out(out, caps_to_c(importer->caps), fn, "out");
     });
 }
 
@@ -252,7 +266,7 @@ wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer*
                             std::to_string(size) + ") is outside the buffer of " +
                             std::to_string(buffer->size) + " bytes");
         wm::Status read = importer->importer->read_back(buffer_from_c(*buffer), offset, size, dst);
-        return read ? WM_OK : fail(read.error());
+        return read ? WM_OK : fail(fn, read.error());
     });
 }
 

@@ -30,9 +30,10 @@ wm_status mapping_options_from_c(const wm_mapping_options* in, MappingOptions& o
     wm_mapping_options defaults{};
     wm_mapping_options_init(&defaults);
     const wm_mapping_options c = read_struct(*in, defaults);
-    if (c.hint < WM_ACCESS_NORMAL || c.hint > WM_ACCESS_SEQUENTIAL)
+    const long long hint = raw_enum(c.hint);
+    if (hint < WM_ACCESS_NORMAL || hint > WM_ACCESS_SEQUENTIAL)
         return fail(WM_ERROR_INVALID_ARGUMENT, std::string(fn) + ": options->hint " +
-                                                   std::to_string(c.hint) +
+                                                   std::to_string(hint) +
                                                    " is not a wm_access_hint");
     options.populate = c.populate;
     options.will_need = c.will_need;
@@ -113,9 +114,10 @@ wm_status wm_mapped_model_open(const char* const* paths, uint32_t path_count,
     return guarded(fn, [&] {
         wm_status status = WM_OK;
         if (null_arg(out, fn, "out", status)) return status;
-        if (access != WM_MAPPING_READ_ONLY && access != WM_MAPPING_WRITABLE)
+        const long long raw_access = raw_enum(access);
+        if (raw_access != WM_MAPPING_READ_ONLY && raw_access != WM_MAPPING_WRITABLE)
             return fail(WM_ERROR_INVALID_ARGUMENT, std::string(fn) + ": access " +
-                                                       std::to_string(access) +
+                                                       std::to_string(raw_access) +
                                                        " is not a wm_mapping_access");
         std::vector<std::string> files;
         if (status = paths_from_c(fn, paths, path_count, files); status != WM_OK) return status;
@@ -127,7 +129,7 @@ wm_status wm_mapped_model_open(const char* const* paths, uint32_t path_count,
                                                 ? wm::MappingAccess::writable
                                                 : wm::MappingAccess::read_only,
                                             mapping_options);
-        if (!opened) return fail(opened.error());
+        if (!opened) return fail(fn, opened.error());
         auto handle = std::make_unique<wm_mapped_model>();
         handle->mapped = std::move(opened).value();
         for (const wm::MappedFile& file : handle->mapped.files())
@@ -168,7 +170,7 @@ wm_status wm_mapped_model_make_read_only(wm_mapped_model* mapped) {
         wm_status status = WM_OK;
         if (null_arg(mapped, fn, "mapped", status)) return status;
         wm::Status done = mapped->mapped.make_read_only();
-        return done ? WM_OK : fail(done.error());
+        return done ? WM_OK : fail(fn, done.error());
     });
 }
 

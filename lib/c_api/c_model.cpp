@@ -26,9 +26,10 @@ wm_status plan_options_from_c(const wm_plan_options* in, PlanOptions& options) {
     wm_plan_options defaults{};
     wm_plan_options_init(&defaults);
     const wm_plan_options c = read_struct(*in, defaults);
-    if (c.mode < WM_PLAN_SPAN || c.mode > WM_PLAN_RUNS)
+    const long long mode = raw_enum(c.mode);
+    if (mode < WM_PLAN_SPAN || mode > WM_PLAN_RUNS)
         return fail(WM_ERROR_INVALID_ARGUMENT,
-                    std::string(fn) + ": options->mode " + std::to_string(c.mode) +
+                    std::string(fn) + ": options->mode " + std::to_string(mode) +
                         " is not a wm_plan_mode");
     if (c.import_enabled < -1 || c.import_enabled > 1)
         return fail(WM_ERROR_INVALID_ARGUMENT,
@@ -159,7 +160,7 @@ wm_status wm_plan_create(const wm_model* model, const wm_plan_options* options, 
         wm::PlanOptions plan_options;
         if (status = plan_options_from_c(options, plan_options); status != WM_OK) return status;
         auto plan = wm::make_plan(model->desc, plan_options);
-        if (!plan) return fail(plan.error());
+        if (!plan) return fail(fn, plan.error());
         auto handle = std::make_unique<wm_plan>();
         handle->storage = std::move(plan).value();
         *out = handle.release();

@@ -74,7 +74,7 @@ wm_status wm_execute(const wm_model* model, const wm_plan* plan, const wm_mapped
             by_target.push_back(importers[t] == nullptr ? nullptr : importers[t]->importer.get());
         auto placed = wm::execute_plan(model->desc, *plan->plan, mapped, by_target,
                                        execute_options);
-        if (!placed) return fail(placed.error());
+        if (!placed) return fail(fn, placed.error());
         auto handle = std::make_unique<wm_placement>();
         handle->placement = std::move(placed).value();
         handle->plan_view.plan = &handle->placement.plan();

@@ -28,7 +28,7 @@ wm_status wm_split_sync_create(const wm_split_sync_params* params, wm_split_sync
         wm_split_sync_params_init(&defaults);
         const wm_split_sync_params c = read_struct(*params, defaults);
         auto created = wm::SplitSync::create({c.n_backends, c.sync_deferred_before_reuse});
-        if (!created) return fail(created.error());
+        if (!created) return fail(fn, created.error());
         *out = new wm_split_sync{std::move(created).value()};
         return WM_OK;
     });
@@ -52,7 +52,7 @@ wm_status wm_split_sync_next(wm_split_sync* sync, const wm_split_desc* split,
                                  c.input_backends, c.input_copies_async, c.buffer_types,
                                  c.writes_read_later};
         auto decision = sync->sync.next(desc);
-        if (!decision) return fail(decision.error());
+        if (!decision) return fail(fn, decision.error());
         write_struct(out, wm_split_sync_decision{sizeof(wm_split_sync_decision),
                                                  decision->sync_now, decision->deferred});
         return WM_OK;

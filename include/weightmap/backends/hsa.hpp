@@ -10,8 +10,10 @@
 // build of libweightmap runs on machines without ROCm; there the importer exists and says why it
 // is not available.
 //
-// Declared always; defined only in a build with the HSA importer (meson -Dhsa, which needs the
-// HSA headers of libhsa-runtime-dev). registry.hpp's importer_registry() says whether it is built.
+// Declared and defined always. In a build without the HSA importer (meson -Dhsa=disabled, or no
+// HSA headers of libhsa-runtime-dev) make_hsa_importer() and hsa_lock_superset() return
+// ErrorKind::unsupported, "unavailable: built without HSA support (...)", so an engine links
+// against any build. registry.hpp's importer_registry() says whether it is built.
 #pragma once
 
 #include <cstdint>

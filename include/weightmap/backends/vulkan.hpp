@@ -8,7 +8,12 @@
 // (HOST_ALLOCATION handle type) over a range of the weight file's mapping, and optionally one
 // VkBuffer bound to it with the usage the engine asks for.
 //
-// This is the only public header that includes a Vulkan header.
+// This is the only public header that includes a Vulkan header, so including it needs the Vulkan
+// headers (vulkan/vulkan_core.h, libvulkan-dev), in the engine as in libweightmap. A build
+// without the Vulkan importer (meson -Dvulkan=disabled, or no Vulkan loader package) that had the
+// headers defines make_vulkan_importer() and vulkan_importer_facts() to return
+// ErrorKind::unsupported, "unavailable: built without Vulkan support (...)"; a build without the
+// headers defines neither (registry.hpp's importer_registry() says whether it is built).
 //
 // What the importer enforces itself, because drivers do not all do it (measured on Mesa 22.3
 // lavapipe: it accepts unaligned pointers and sizes, PROT_READ and MAP_PRIVATE mappings, without
