@@ -109,7 +109,11 @@ void Placement::release_all() noexcept {
 
 TensorLocation Placement::locate(std::uint32_t index) const {
     const Impl& impl = *impl_;
-    assert(index < impl.plan.tensors.size());
+    if (index >= impl.plan.tensors.size()) {
+        TensorLocation nowhere;
+        nowhere.reason = "tensor index out of range";
+        return nowhere;
+    }
     const TensorPlacement& place = impl.plan.tensors[index];
     TensorLocation location;
     location.host_address = impl.tensor_address[index];
@@ -127,6 +131,43 @@ TensorLocation Placement::locate(std::uint32_t index) const {
     location.offset_in_buffer = place.offset_in_run;
     return location;
 }
+
+namespace {
+
+// A plan is plain data an engine may have built or edited: every index it holds is checked
+// against the model before the executor uses one.
+Status check_plan_against_model(const ModelDesc& model, const Plan& plan) {
+    const auto bad = [](std::string what) {
+        return make_error(ErrorKind::invalid_argument,
+                          "execute_plan: the plan does not fit the model: " + what);
+    };
+    for (std::size_t r = 0; r < plan.regions.size(); ++r) {
+        const PlanRegion& region = plan.regions[r];
+        if (region.target >= model.targets.size() || region.file >= model.files.size())
+            return bad(fmt::format("region {} names target {} and file {} of {} and {}", r,
+                                   region.target, region.file, model.targets.size(),
+                                   model.files.size()));
+        for (std::size_t k = 0; k < region.runs.size(); ++k)
+            for (std::uint32_t t : region.runs[k].tensors)
+                if (t >= model.tensors.size() || model.tensors[t].target != region.target ||
+                    model.tensors[t].file != region.file)
+                    return bad(fmt::format("run {} of region {} serves tensor {}, which is not "
+                                           "one of the region's", k, r, t));
+    }
+    for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
+        const TensorPlacement& place = plan.tensors[t];
+        if (place.region != no_index && place.region >= plan.regions.size())
+            return bad(fmt::format("tensor {} is in region {} of {}", t, place.region,
+                                   plan.regions.size()));
+        if (place.run != no_index &&
+            (place.region == no_index || place.run >= plan.regions[place.region].runs.size()))
+            return bad(fmt::format("tensor {} is in run {} of region {}", t, place.run,
+                                   place.region));
+    }
+    return {};
+}
+
+} // namespace
 
 Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                                Span<const MappedFile> files,
@@ -152,6 +193,7 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                                           model.files[f].path));
     }
 
+    if (Status fits = check_plan_against_model(model, plan); !fits) return std::move(fits).error();
     for (std::size_t t = 0; t < model.tensors.size(); ++t)
         if (model.tensors[t].file >= files.size())
             return make_error(ErrorKind::invalid_argument,

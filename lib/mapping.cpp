@@ -46,7 +46,9 @@ MappingDecision decide_mapping(Span<const std::string> paths,
     std::vector<Importer*> considered(importers.begin(), importers.end());
     if (considered.empty()) {
         for (const ImporterEntry& entry : importer_registry()) {
-            if (!entry.built || entry.create_default == nullptr) continue;
+            if (!entry.built || entry.create_default == nullptr ||
+                !entry.may_need_writable_mapping)
+                continue;
             defaults.push_back(entry.create_default());
             considered.push_back(defaults.back().get());
         }

@@ -81,6 +81,10 @@ std::optional<std::uint64_t> parse_drm_fdinfo(std::string_view text,
     bool is_drm = false;
     std::optional<std::uint64_t> client;
     std::map<std::string, DrmMemory> found;
+    // drm-memory-<region> is what amdgpu printed before drm-total-<region> existed; kernels in
+    // between print both for the same bytes, so adding them would report GTT twice. It counts
+    // only for a region that has no drm-total line.
+    std::map<std::string, std::uint64_t> legacy;
     for_each_line(text, [&](std::string_view key, std::string_view value) {
         if (key == "drm-driver") is_drm = true;
         if (key == "drm-client-id") {
@@ -88,17 +92,21 @@ std::optional<std::uint64_t> parse_drm_fdinfo(std::string_view text,
             std::string_view v = trim(value);
             if (std::from_chars(v.data(), v.data() + v.size(), id).ec == std::errc()) client = id;
         }
-        // drm-total-<region>, drm-resident-<region>; older amdgpu: drm-memory-<region>.
         for (std::string_view prefix : {"drm-total-", "drm-memory-", "drm-resident-"}) {
             if (!key.starts_with(prefix)) continue;
             auto amount = parse_amount(value);
             if (!amount) continue;
-            DrmMemory& mem = found[std::string(key.substr(prefix.size()))];
-            if (prefix == "drm-resident-") add_to(mem.resident, *amount);
-            else add_to(mem.total, *amount);
+            const std::string region(key.substr(prefix.size()));
+            if (prefix == "drm-memory-") legacy[region] += *amount;
+            else if (prefix == "drm-resident-") add_to(found[region].resident, *amount);
+            else add_to(found[region].total, *amount);
         }
     });
     if (!is_drm) return std::nullopt;
+    for (const auto& [region, amount] : legacy) {
+        DrmMemory& mem = found[region];
+        if (!mem.total) mem.total = amount;
+    }
     for (auto& [region, mem] : found) {
         DrmMemory& out = into[region];
         if (mem.total) add_to(out.total, *mem.total);

@@ -17,18 +17,18 @@ std::unique_ptr<Importer> create_cpu() { return make_cpu_importer(); }
 
 const std::array<ImporterEntry, 3> table = {{
 #if WEIGHTMAP_HAVE_HSA
-    {"hsa", true, {}, &create_default_hsa_importer},
+    {"hsa", true, {}, true, &create_default_hsa_importer},
 #else
     {"hsa", false, "built without the HSA importer (meson -Dhsa=enabled needs libhsa-runtime-dev)",
-     nullptr},
+     true, nullptr},
 #endif
 #if WEIGHTMAP_HAVE_VULKAN
-    {"vulkan", true, {}, &create_default_vulkan_importer},
+    {"vulkan", true, {}, false, &create_default_vulkan_importer},
 #else
     {"vulkan", false, "built without the Vulkan importer (meson -Dvulkan=enabled needs "
-                      "libvulkan-dev)", nullptr},
+                      "libvulkan-dev)", false, nullptr},
 #endif
-    {"cpu", true, {}, &create_cpu},
+    {"cpu", true, {}, false, &create_cpu},
 }};
 
 } // namespace

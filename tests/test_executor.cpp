@@ -280,3 +280,120 @@ TEST_CASE("registry: CPU last, always available; unknown names are errors", "[re
     REQUIRE(any.ok());
     CHECK(any.value()->available().available);
 }
+
+TEST_CASE("a placement lists its live imports and what each serves", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    gpu1.fail_import_at = 2; // GPU1's file-1 region falls back: its import must not be listed
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    ExecuteOptions quiet;
+    quiet.log = [](LogLevel, std::string_view) {};
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
+    REQUIRE(placed.ok());
+    const Placement& placement = placed.value();
+    // gpu0: a, b; gpu1: a only (its b import was refused); cpu: a.
+    REQUIRE(placement.import_count() == 4);
+    std::vector<int> served(fx.model.tensors.size(), 0);
+    for (std::size_t i = 0; i < placement.import_count(); ++i) {
+        const PlacedImport imp = placement.import_at(i);
+        REQUIRE(imp.buffer != nullptr);
+        const PlanRegion& region = placement.plan().regions[imp.region];
+        CHECK(imp.target == region.target);
+        CHECK(imp.file == region.file);
+        CHECK(static_cast<std::byte*>(imp.buffer->host_address) ==
+              files[imp.file].base + imp.extent_offset);
+        CHECK_FALSE(imp.tensors.empty());
+        for (std::uint32_t t : imp.tensors) {
+            ++served[t];
+            const TensorLocation where = placement.locate(t);
+            CHECK(where.import_index == i);
+            CHECK(where.buffer == imp.buffer);
+            CHECK(fx.model.tensors[t].target == imp.target);
+        }
+    }
+    // Every imported tensor is served by exactly one listed import; the fallbacks by none.
+    for (std::uint32_t t = 0; t < fx.model.tensors.size(); ++t) {
+        const bool fell_back = fx.model.tensors[t].file == 1 && fx.model.tensors[t].target == 1;
+        CHECK(served[t] == (fell_back ? 0 : 1));
+        CHECK(placement.locate(t).imported == !fell_back);
+        if (fell_back) CHECK(placement.locate(t).import_index == no_index);
+    }
+    placed.value().release_all();
+    CHECK(placement.import_count() == 0);
+}
+
+TEST_CASE("a placement needs no ModelDesc after execution", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    const ModelDesc kept = fx.model;
+    Result<Placement> placed = [&] {
+        // The engine's description lives on the stack of its load function and is gone before
+        // the first token: locate() must not read it (ASan reports a use after free if it does).
+        auto scoped = std::make_unique<ModelDesc>(fx.model);
+        Plan plan = fx.plan();
+        return execute_plan(*scoped, std::move(plan), files, importers);
+    }();
+    REQUIRE(placed.ok());
+    check_every_tensor_resolves(kept, placed.value(), files);
+}
+
+TEST_CASE("a plan that does not fit the model fails before anything is imported", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    const std::vector<std::pair<const char*, std::function<void(Plan&)>>> edits = {
+        {"region 0 names target", [](Plan& p) { p.regions[0].target = 9; }},
+        {"region 1 names target", [](Plan& p) { p.regions[1].file = 2; }},
+        {"which is not one of the region's",
+         [](Plan& p) { p.regions[0].runs[0].tensors.push_back(2); }}, // a CPU tensor
+        {"serves tensor 99", [](Plan& p) { p.regions[0].runs[0].tensors.push_back(99); }},
+        {"is in region 77", [](Plan& p) { p.tensors[0].region = 77; }},
+        {"is in run 5 of region", [](Plan& p) { p.tensors[0].run = 5; }},
+    };
+    for (const auto& [message, edit] : edits) {
+        INFO(message);
+        Plan plan = fx.plan();
+        edit(plan);
+        auto placed = execute_plan(fx.model, std::move(plan), files, importers);
+        REQUIRE_FALSE(placed.ok());
+        CHECK(placed.error().kind == ErrorKind::invalid_argument);
+        CHECK(placed.error().message.find(message) != std::string::npos);
+        CHECK(gpu0.imports().empty());
+        CHECK(gpu1.imports().empty());
+    }
+}
+
+TEST_CASE("locate() of an index out of range has a defined answer", "[executor]") {
+    Fixture fx;
+    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers);
+    REQUIRE(placed.ok());
+    for (std::uint32_t index : {std::uint32_t(fx.model.tensors.size()), no_index}) {
+        const TensorLocation where = placed->locate(index);
+        CHECK_FALSE(where.imported);
+        CHECK(where.buffer == nullptr);
+        CHECK(where.host_address == nullptr);
+        CHECK(where.import_index == no_index);
+        CHECK(where.reason == "tensor index out of range");
+    }
+    Placement empty;
+    CHECK(empty.locate(0).reason == "tensor index out of range");
+}

@@ -91,21 +91,17 @@ TEST_CASE("decision: read-only unless an available non-CPU importer needs writab
     CHECK(decide_mapping(paths, with_hsa).access == MappingAccess::read_only);
 }
 
-TEST_CASE("decision: an empty importer list means the registry's defaults", "[mapping][policy]") {
+TEST_CASE("decision: registry defaults without an available HSA runtime map read-only",
+          "[mapping][policy]") {
+    // The writable half (the registry's HSA importer on the fake runtime makes the mapping
+    // writable) is tests/hsa/test_hsa_mapping_policy.cpp.
+    setenv("WEIGHTMAP_HSA_LIBRARY", "/nonexistent/libhsa-runtime64.so.1", 1);
     TempFile file(4096);
     std::vector<std::string> paths{file.path()};
-    // What the registry would say, computed independently of decide_mapping's own walk.
-    bool default_needs_writable = false;
-    for (const ImporterEntry& entry : importer_registry()) {
-        if (!entry.built) continue;
-        auto importer = entry.create_default();
-        if (!importer->caps().is_cpu && importer->caps().needs_writable_mapping &&
-            importer->available().available)
-            default_needs_writable = true;
-    }
     MappingDecision d = decide_mapping(paths, {});
-    CHECK((d.access == MappingAccess::writable) == default_needs_writable);
-    CHECK_FALSE(d.reason.empty());
+    unsetenv("WEIGHTMAP_HSA_LIBRARY");
+    CHECK(d.access == MappingAccess::read_only);
+    CHECK(d.reason == "read-only: no available non-CPU importer needs a writable mapping");
 }
 
 TEST_CASE("decision is all-or-nothing across shards: one read-only mount keeps all read-only",

@@ -65,6 +65,26 @@ TEST_CASE("DRM fdinfo: drm-total/resident summed per region; drm-memory- is the 
     CHECK(none.empty());
 }
 
+TEST_CASE("DRM fdinfo: a kernel printing drm-memory- and drm-total- counts the region once",
+          "[memstat]") {
+    // amdgpu kernels between the two formats print both lines for the same GTT bytes; peak GTT
+    // is the figure users compare, so it must not double.
+    std::map<std::string, DrmMemory> drm;
+    const char* both = "drm-driver:\tamdgpu\ndrm-client-id:\t3\n"
+                       "drm-memory-gtt:\t2376 MiB\ndrm-total-gtt:\t2376 MiB\n"
+                       "drm-memory-vram:\t64 MiB\ndrm-memory-cpu:\t8 KiB\ndrm-total-cpu:\t8 KiB\n";
+    CHECK(parse_drm_fdinfo(both, drm) == 3u);
+    CHECK(drm["gtt"].total == 2376ull << 20);
+    CHECK(drm["cpu"].total == 8u * 1024);
+    // A region with only the old line still counts, once.
+    CHECK(drm["vram"].total == 64ull << 20);
+    // The order of the lines does not matter.
+    std::map<std::string, DrmMemory> reversed;
+    parse_drm_fdinfo("drm-driver:\tamdgpu\ndrm-total-gtt:\t10 KiB\ndrm-memory-gtt:\t10 KiB\n",
+                     reversed);
+    CHECK(reversed["gtt"].total == 10u * 1024);
+}
+
 TEST_CASE("peak_of keeps the max of known values", "[memstat]") {
     MemStat a, b;
     a.rss_anon = 10;

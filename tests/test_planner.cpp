@@ -17,28 +17,6 @@ namespace {
 constexpr std::uint64_t KiB = 1024, MiB = 1024 * 1024;
 constexpr std::uint64_t page = 4096;
 
-// Every imported tensor: extent offset + offset_in_run == file offset, the extent holds the
-// tensor, extents are aligned and inside the mapped length.
-void check_resolution(const ModelDesc& m, const Plan& p) {
-    for (std::uint32_t i = 0; i < m.tensors.size(); ++i) {
-        const TensorDesc& t = m.tensors[i];
-        const TensorPlacement& place = p.tensors[i];
-        REQUIRE(place.region < p.regions.size());
-        const PlanRegion& region = p.regions[place.region];
-        CHECK(region.target == t.target);
-        CHECK(region.file == t.file);
-        if (place.run == no_index) continue;
-        const PlanRun& run = region.runs.at(place.run);
-        std::uint64_t align = std::max(page, m.targets[t.target].caps.alignment);
-        CHECK(run.extent_offset + place.offset_in_run == t.offset);
-        CHECK(place.offset_in_run + t.size <= run.extent_size);
-        CHECK(run.extent_offset % align == 0);
-        CHECK(run.extent_size % align == 0);
-        std::uint64_t mapped = (m.files[t.file].size + page - 1) / page * page;
-        CHECK(run.extent_offset + run.extent_size <= mapped);
-        CHECK(std::count(run.tensors.begin(), run.tensors.end(), i) == 1);
-    }
-}
 } // namespace
 
 TEST_CASE("tensors are grouped by (target, file) whatever their order", "[planner]") {
@@ -81,7 +59,7 @@ TEST_CASE("tensors are grouped by (target, file) whatever their order", "[planne
     CHECK(g0f0.gate);
     CHECK(g0f0.decision == Decision::import);
     REQUIRE(g0f0.runs.size() == 1);
-    check_resolution(m, p);
+    check_plan(m, p);
     CHECK(p.totals.device_bytes == 5 * MiB);
     CHECK(p.totals.imported_bytes == 5 * MiB);
     CHECK(p.totals.fallback_bytes == 0);
@@ -117,7 +95,7 @@ TEST_CASE("gate mode: a region that fails the gate falls back with its numbers",
     CHECK(runs.regions[0].runs.size() == 2);
     CHECK(runs.totals.imported_bytes == 2 * MiB);
     CHECK(runs.totals.pinned_bytes == 2 * MiB);
-    check_resolution(m, runs);
+    check_plan(m, runs);
 }
 
 TEST_CASE("extents are the page-aligned superset; offsets resolve for every tensor", "[planner]") {
@@ -132,7 +110,7 @@ TEST_CASE("extents are the page-aligned superset; offsets resolve for every tens
     CHECK(run.extent_size == 19 * page); // 76065 rounded up to whole pages
     CHECK(p.tensors[0].offset_in_run == 1000);
     CHECK(p.tensors[1].offset_in_run == 6000);
-    check_resolution(m, p);
+    check_plan(m, p);
 }
 
 TEST_CASE("importer alignment larger than a page widens the superset", "[planner]") {
@@ -146,7 +124,7 @@ TEST_CASE("importer alignment larger than a page widens the superset", "[planner
     CHECK(run.extent_offset == 64 * KiB);
     CHECK(run.extent_size == 64 * KiB);
     CHECK(p.tensors[0].offset_in_run == 36 * KiB);
-    check_resolution(m, p);
+    check_plan(m, p);
 }
 
 TEST_CASE("an extent never runs past the mapped length: the plan says so", "[planner]") {
@@ -172,14 +150,14 @@ TEST_CASE("an extent never runs past the mapped length: the plan says so", "[pla
     CHECK(pr.tensors[1].run == no_index);
     CHECK_THAT(pr.tensors[1].reason, Catch::Contains("runs past the mapped length 0x1a000") &&
                                          Catch::Contains("short.gguf"));
-    check_resolution(m, pr);
+    check_plan(m, pr);
     // With page alignment the last partial page is fine.
     ModelDesc m2 = m;
     m2.targets[0].caps.alignment = 1;
     Plan p2 = plan_ok(m2, plan_options());
     REQUIRE(p2.regions[0].runs.size() == 1);
     CHECK(p2.regions[0].runs[0].extent_offset + p2.regions[0].runs[0].extent_size == 104 * KiB);
-    check_resolution(m2, p2);
+    check_plan(m2, p2);
 }
 
 TEST_CASE("invalid descriptions are errors naming the tensor and field", "[planner]") {
@@ -242,7 +220,7 @@ TEST_CASE("a tensor larger than the importer's limit falls back alone", "[planne
     CHECK(p.tensors[0].run != no_index);
     CHECK(p.tensors[2].run != no_index);
     for (const PlanRun& run : p.regions[0].runs) CHECK(run.extent_size <= 8 * MiB);
-    check_resolution(m, p);
+    check_plan(m, p);
 }
 
 TEST_CASE("randomised layouts always resolve correctly in every mode", "[planner]") {
@@ -268,8 +246,44 @@ TEST_CASE("randomised layouts always resolve correctly in every mode", "[planner
         std::shuffle(m.tensors.begin(), m.tensors.end(), rng);
         for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
             Plan p = plan_ok(m, plan_options(mode));
-            check_resolution(m, p);
+            check_plan(m, p);
             CHECK(p.totals.imported_bytes + p.totals.fallback_bytes == p.totals.device_bytes);
         }
+    }
+}
+
+TEST_CASE("the plan checker catches every kind of broken promise", "[planner][checker]") {
+    // A checker that cannot fail would let every planner test pass: break a good plan in each
+    // way the planner promises not to, and expect the checker to say so.
+    ModelDesc m;
+    m.files = {{"a.gguf", 64 * MiB}};
+    m.targets = {device_target("GPU0", "shared"), device_target("GPU1", "shared"), cpu_target()};
+    m.tensors = {{"g0", 0, 0, 2 * MiB, 0}, {"c", 0, 2 * MiB, MiB, 2},
+                 {"g1", 0, 3 * MiB, 2 * MiB, 1}, {"g0b", 0, 5 * MiB, MiB, 0}};
+    const Plan good = plan_ok(m, plan_options(PlanMode::span));
+    REQUIRE(plan_violations(m, good).empty());
+    const std::vector<std::pair<const char*, std::function<void(Plan&)>>> breaks = {
+        {"does not resolve", [](Plan& p) { p.tensors[0].offset_in_run += 1; }},
+        {"not aligned", [](Plan& p) { p.regions[0].runs[0].extent_offset += 512; }},
+        {"past the mapped length", [](Plan& p) { p.regions[0].runs[0].extent_size = 128 * MiB; }},
+        {"totals", [](Plan& p) { p.totals.imported_bytes -= 1; }},
+        {"overlap", [](Plan& p) { p.regions[1].runs[0].extent_offset = 0; }},
+        {"without a reason", [](Plan& p) {
+             p.tensors[3].run = no_index;
+             p.tensors[3].reason.clear();
+         }},
+        {"has no reason", [](Plan& p) { p.regions[2].reason.clear(); }},
+        {"ctx_bytes", [](Plan& p) { p.regions[0].ctx_bytes += 1; }},
+        {"budget", [](Plan& p) { p.regions[0].runs.resize(300, p.regions[0].runs[0]); }},
+    };
+    for (const auto& [expected, breaking] : breaks) {
+        INFO(expected);
+        Plan broken = good;
+        breaking(broken);
+        const auto found = plan_violations(m, broken);
+        REQUIRE_FALSE(found.empty());
+        bool named = false;
+        for (const std::string& line : found) named |= line.find(expected) != std::string::npos;
+        CHECK(named);
     }
 }

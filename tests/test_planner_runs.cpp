@@ -43,108 +43,6 @@ struct Appender {
     }
 };
 
-const std::string& key_of(const TargetDesc& t) {
-    return t.importer_key.empty() ? t.name : t.importer_key;
-}
-
-// Everything a plan promises, checked in O(n log n) so it runs on every randomised layout.
-void check_invariants(const ModelDesc& m, const Plan& p, const PlanOptions& o) {
-    const std::size_t n = m.tensors.size();
-    REQUIRE(p.tensors.size() == n);
-    const std::uint64_t budget = std::max<std::uint32_t>(o.max_imports_per_region, 1);
-    std::vector<std::uint32_t> seen(n, 0);
-    std::map<std::pair<std::string, std::uint32_t>, std::vector<std::pair<std::uint64_t, std::uint64_t>>>
-        extents;
-    PlanTotals expect;
-    for (std::uint32_t r = 0; r < p.regions.size(); ++r) {
-        const PlanRegion& region = p.regions[r];
-        const TargetDesc& target = m.targets[region.target];
-        const bool is_cpu = target.caps.is_cpu;
-        const std::uint64_t align = is_cpu ? p.page_size : std::max(p.page_size, target.caps.alignment);
-        const std::uint64_t mapped = align_up(m.files[region.file].size, p.page_size);
-        CHECK((region.decision == Decision::import) == !region.runs.empty());
-        CHECK_FALSE(region.reason.empty());
-        if (!is_cpu) CHECK(region.runs.size() <= budget);
-        std::uint64_t previous_end = 0;
-        for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
-            const PlanRun& run = region.runs[k];
-            INFO("region " << r << " run " << k << " [" << run.extent_offset << ", +"
-                           << run.extent_size << ")");
-            REQUIRE_FALSE(run.tensors.empty());
-            CHECK(run.extent_offset % align == 0);
-            CHECK(run.extent_size % align == 0);
-            CHECK(run.extent_offset + run.extent_size <= mapped);
-            CHECK(run.extent_offset >= previous_end);
-            previous_end = run.extent_offset + run.extent_size;
-            if (!is_cpu) {
-                CHECK(run.extent_size > 0);
-                if (target.caps.max_import_size != 0)
-                    CHECK(run.extent_size <= target.caps.max_import_size);
-                extents[{key_of(target), region.file}].push_back(
-                    {run.extent_offset, run.extent_offset + run.extent_size});
-                expect.pinned_bytes += run.extent_size;
-                ++expect.imports;
-            }
-            std::uint64_t first = UINT64_MAX, last = 0, ctx = 0, previous_offset = 0;
-            for (std::uint32_t t : run.tensors) {
-                const TensorDesc& td = m.tensors[t];
-                CHECK(td.target == region.target);
-                CHECK(td.file == region.file);
-                CHECK(td.offset >= previous_offset);
-                previous_offset = td.offset;
-                first = std::min(first, td.offset);
-                last = std::max(last, td.offset + td.size);
-                ctx += td.size;
-                ++seen[t];
-                const TensorPlacement& place = p.tensors[t];
-                CHECK(place.region == r);
-                CHECK(place.run == k);
-                // Buffer base (mapping base + extent_offset) + offset_in_run == mapping base +
-                // file offset, and the tensor lies wholly inside the import.
-                CHECK(run.extent_offset + place.offset_in_run == td.offset);
-                CHECK(place.offset_in_run + td.size <= run.extent_size);
-                CHECK(place.reason.empty());
-            }
-            CHECK(run.first == first);
-            CHECK(run.last == last);
-            CHECK(run.ctx_bytes == ctx);
-            if (!is_cpu && o.mode == PlanMode::runs) CHECK(passes_tightness_gate(first, last, ctx));
-        }
-    }
-    for (std::uint32_t i = 0; i < n; ++i) {
-        const TensorDesc& t = m.tensors[i];
-        const TensorPlacement& place = p.tensors[i];
-        INFO("tensor " << i << " [" << t.offset << ", +" << t.size << ") target " << t.target);
-        REQUIRE(place.region < p.regions.size());
-        CHECK(p.regions[place.region].target == t.target);
-        CHECK(p.regions[place.region].file == t.file);
-        if (place.run == no_index) {
-            CHECK(seen[i] == 0);
-            CHECK_FALSE(place.reason.empty());
-        } else {
-            CHECK(seen[i] == 1);
-        }
-        if (m.targets[t.target].caps.is_cpu) continue;
-        expect.device_bytes += t.size;
-        if (place.run != no_index) expect.imported_bytes += t.size;
-    }
-    expect.fallback_bytes = expect.device_bytes - expect.imported_bytes;
-    CHECK(p.totals.device_bytes == expect.device_bytes);
-    CHECK(p.totals.imported_bytes == expect.imported_bytes);
-    CHECK(p.totals.fallback_bytes == expect.fallback_bytes);
-    CHECK(p.totals.pinned_bytes == expect.pinned_bytes);
-    CHECK(p.totals.imports == expect.imports);
-    // No two imports of one importer in one file share a byte (so no page either: extents are
-    // page-aligned).
-    for (auto& [key, list] : extents) {
-        std::sort(list.begin(), list.end());
-        for (std::size_t i = 1; i < list.size(); ++i) {
-            INFO("importer '" << key.first << "' file " << key.second);
-            CHECK(list[i].first >= list[i - 1].second);
-        }
-    }
-}
-
 } // namespace
 
 TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[runs]") {
@@ -167,7 +65,7 @@ TEST_CASE("merge threshold: clusters closer than merge_gap share one import", "[
         PlanOptions o = plan_options();
         o.merge_gap = merge_gap;
         Plan p = plan_ok(m, o);
-        check_invariants(m, p, o);
+        check_plan(m, p, o);
         REQUIRE_FALSE(p.regions[0].gate);
         return p.regions[0].runs.size();
     };
@@ -206,7 +104,7 @@ TEST_CASE("tensors sharing a page always share one import", "[runs]") {
     PlanOptions o = plan_options();
     o.merge_gap = 0;
     Plan p = plan_ok(m, o);
-    check_invariants(m, p, o);
+    check_plan(m, p, o);
     REQUIRE(p.regions[0].runs.size() == 2);
     CHECK(p.regions[0].runs[0].tensors == std::vector<std::uint32_t>{0, 1, 2});
     CHECK(p.regions[0].runs[0].extent_size == align_up(8032 + 9000, page));
@@ -230,7 +128,7 @@ TEST_CASE("gaps below the threshold are merged only as far as every run passes t
         if (group == 0) a.add(900 * KiB, 1, page);
     }
     Plan p = plan_ok(m, plan_options());
-    check_invariants(m, p, plan_options());
+    check_plan(m, p, plan_options());
     const PlanRegion& r = p.regions[0];
     REQUIRE_FALSE(r.gate);
     REQUIRE(r.runs.size() == 2);
@@ -251,7 +149,7 @@ TEST_CASE("gaps below the threshold are merged only as far as every run passes t
         b.add(256 * KiB, 1, page);
     }
     Plan pe = plan_ok(e, plan_options());
-    check_invariants(e, pe, plan_options());
+    check_plan(e, pe, plan_options());
     CHECK(pe.totals.imported_bytes == pe.totals.device_bytes);
     CHECK(pe.regions[0].runs.size() == 40);
     for (const PlanRun& run : pe.regions[0].runs) CHECK(run.tensors.size() == 5);
@@ -271,7 +169,7 @@ TEST_CASE("a page-sharing cluster that fails the gate on its own falls back with
     a.add(64 * MiB, 1, page);
     const std::uint32_t dense = a.add(4 * MiB, 0, page);
     Plan p = plan_ok(m, plan_options());
-    check_invariants(m, p, plan_options());
+    check_plan(m, p, plan_options());
     REQUIRE(p.regions[0].runs.size() == 1);
     CHECK(p.tensors[dense].run == 0);
     CHECK(p.tensors[0].run == no_index);
@@ -312,7 +210,7 @@ TEST_CASE("budget: merging across the smallest gaps first pins the fewest bytes 
         PlanOptions o = unlimited;
         o.max_imports_per_region = static_cast<std::uint32_t>(1 + rng() % runs);
         Plan p = plan_ok(m, o);
-        check_invariants(m, p, o);
+        check_plan(m, p, o);
 
         // Brute force: every way to keep (budget - 1) of the gaps between the unbudgeted runs
         // open; a group's pinned bytes are its aligned extent; a group must pass the gate.
@@ -368,7 +266,7 @@ TEST_CASE("budget: when the gate blocks merges, the runs with the fewest bytes f
     PlanOptions o = plan_options();
     o.max_imports_per_region = 4;
     Plan p = plan_ok(m, o);
-    check_invariants(m, p, o);
+    check_plan(m, p, o);
     REQUIRE(p.regions[0].runs.size() == 4);
     // The 1 MiB and 2 MiB runs are left out, each tensor saying why.
     for (std::uint32_t i : {ids[1], ids[3]}) {
@@ -383,7 +281,7 @@ TEST_CASE("budget: when the gate blocks merges, the runs with the fewest bytes f
     // A budget of 0 counts as 1.
     o.max_imports_per_region = 0;
     Plan one = plan_ok(m, o);
-    check_invariants(m, one, o);
+    check_plan(m, one, o);
     CHECK(one.regions[0].runs.size() == 1);
     CHECK(one.totals.imported_bytes == 6 * MiB);
 }
@@ -399,7 +297,7 @@ TEST_CASE("budget: counted after the size limit, in every mode", "[runs][budget]
         PlanOptions o = plan_options(mode);
         o.max_imports_per_region = 3;
         Plan p = plan_ok(m, o);
-        check_invariants(m, p, o);
+        check_plan(m, p, o);
         CHECK(p.totals.imports == 3);
         CHECK(p.totals.imported_bytes == 6 * MiB);
     }
@@ -418,7 +316,7 @@ TEST_CASE("size limit: imports are cut at tensor boundaries, each tensor wholly 
     for (int i = 0; i < 5; ++i) a.add(MiB, 0, page);
     for (PlanMode mode : {PlanMode::gate, PlanMode::runs}) {
         Plan p = plan_ok(m, plan_options(mode));
-        check_invariants(m, p, plan_options(mode));
+        check_plan(m, p, plan_options(mode));
         CHECK(p.regions[0].runs.size() >= 2);
         CHECK(p.totals.imported_bytes == p.totals.device_bytes - 9 * MiB);
         CHECK(p.tensors[huge].run == no_index);
@@ -445,7 +343,7 @@ TEST_CASE("size limit cut inside a page-sharing cluster leaves the cheaper side 
     a.add(MiB / 2 + 7, 0);
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
         Plan p = plan_ok(m, plan_options(mode));
-        check_invariants(m, p, plan_options(mode));
+        check_plan(m, p, plan_options(mode));
         CHECK(p.totals.imports == 2);
         CHECK(p.totals.fallback_bytes == 8 * KiB);
         CHECK(p.tensors[norm].run == no_index);
@@ -477,7 +375,7 @@ TEST_CASE("targets sharing an importer never share a page; the cheaper side is l
         // A big tensor ends GPU0, a small one starts GPU1: GPU1's is left out.
         ModelDesc m = layout(3 * MiB, 8 * KiB, "hsa", "hsa");
         Plan p = plan_ok(m, plan_options(mode));
-        check_invariants(m, p, plan_options(mode));
+        check_plan(m, p, plan_options(mode));
         CHECK(p.tensors[2].run == no_index);
         CHECK_THAT(p.tensors[2].reason, Catch::Contains("target 'GPU0'") &&
                                             Catch::Contains("importer 'hsa'") &&
@@ -486,14 +384,14 @@ TEST_CASE("targets sharing an importer never share a page; the cheaper side is l
         // Reversed: GPU0 ends with the small one, which is left out instead.
         ModelDesc r = layout(8 * KiB, 3 * MiB, "hsa", "hsa");
         Plan pr = plan_ok(r, plan_options(mode));
-        check_invariants(r, pr, plan_options(mode));
+        check_plan(r, pr, plan_options(mode));
         CHECK(pr.tensors[1].run == no_index);
         CHECK_THAT(pr.tensors[1].reason, Catch::Contains("target 'GPU1'"));
         CHECK(pr.totals.fallback_bytes == 8 * KiB);
         // Different importers may share a page: nothing is left out.
         ModelDesc d = layout(3 * MiB, 8 * KiB, "hsa", "vulkan");
         Plan pd = plan_ok(d, plan_options(mode));
-        check_invariants(d, pd, plan_options(mode));
+        check_plan(d, pd, plan_options(mode));
         CHECK(pd.totals.fallback_bytes == 0);
     }
 }
@@ -508,7 +406,7 @@ TEST_CASE("interleaved targets of one importer: no shared page in any mode", "[r
     for (int i = 0; i < 300; ++i) a.add(1 + rng() % (600 * KiB), static_cast<std::uint32_t>(i % 2));
     for (PlanMode mode : {PlanMode::span, PlanMode::gate, PlanMode::runs}) {
         Plan p = plan_ok(m, plan_options(mode));
-        check_invariants(m, p, plan_options(mode));
+        check_plan(m, p, plan_options(mode));
     }
 }
 
@@ -555,7 +453,7 @@ TEST_CASE("randomised layouts keep every promise in every mode", "[runs][propert
             o.max_imports_per_region = rng() % 3 == 0 ? 1 + rng() % 4 : 256;
             INFO("iteration " << iter << " mode " << to_string(mode));
             Plan p = plan_ok(m, o);
-            check_invariants(m, p, o);
+            check_plan(m, p, o);
             // The plan does not depend on the order the tensors came in.
             if (iter % 10 == 0) {
                 ModelDesc reversed = m;
@@ -591,7 +489,7 @@ TEST_CASE("every tensor resolves to mapping base + file offset through the execu
     }
     m.files[0].size = file.size();
     Plan plan = plan_ok(m, plan_options());
-    check_invariants(m, plan, plan_options());
+    check_plan(m, plan, plan_options());
     REQUIRE(plan.totals.imports > 3);
     REQUIRE(plan.totals.fallback_bytes > 0); // some boundary tensors were left out
 
@@ -648,7 +546,7 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         for (const FileDesc& f : l.model.files) file_bytes += f.size;
 
         Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
-        check_invariants(l.model, runs, plan_options(PlanMode::runs));
+        check_plan(l.model, runs, plan_options(PlanMode::runs));
         const PlanTotals& t = runs.totals;
         CHECK(t.device_bytes == bytes_on(l.model, bench::device_target));
         CHECK(t.imported_bytes * 100 >= t.device_bytes * 99);
@@ -660,14 +558,14 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         CHECK(t.imports >= l.layers); // one or two per layer, not merged over the experts
 
         Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
-        check_invariants(l.model, gate, plan_options(PlanMode::gate));
+        check_plan(l.model, gate, plan_options(PlanMode::gate));
         CHECK(gate.totals.imported_bytes == 0);
         CHECK(gate.totals.imports == 0);
 
         // Span pins each file from its first device tensor to its last: the whole file but a
         // CPU-only head and tail (token_embd, experts at a shard's edges).
         Plan span = plan_ok(l.model, plan_options(PlanMode::span));
-        check_invariants(l.model, span, plan_options(PlanMode::span));
+        check_plan(l.model, span, plan_options(PlanMode::span));
         CHECK(span.totals.imported_bytes == span.totals.device_bytes);
         CHECK(span.totals.imports == l.model.files.size());
         std::vector<std::uint64_t> lo(l.model.files.size(), UINT64_MAX), hi(l.model.files.size(), 0);
@@ -690,7 +588,7 @@ TEST_CASE("dense layouts plan identically in gate and runs", "[runs][layouts]") 
         l.model.targets[bench::device_target].caps.max_import_size = limit;
         Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
         Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
-        check_invariants(l.model, runs, plan_options(PlanMode::runs));
+        check_plan(l.model, runs, plan_options(PlanMode::runs));
         REQUIRE(gate.regions.size() == runs.regions.size());
         for (std::size_t r = 0; r < gate.regions.size(); ++r) {
             const PlanRegion& g = gate.regions[r];
@@ -728,7 +626,7 @@ TEST_CASE("adversarial equal gaps: runs as long as the gate allows, then the bud
     using namespace wm::bench;
     Layout l = adversarial_gaps(100'000);
     Plan p = plan_ok(l.model, plan_options());
-    check_invariants(l.model, p, plan_options());
+    check_plan(l.model, p, plan_options());
     CHECK(p.totals.imports == 256);
     for (const PlanRun& run : p.regions[0].runs) CHECK(run.tensors.size() == 18);
     CHECK_THAT(p.regions[0].reason, Catch::Contains("left out by that budget"));

@@ -2,12 +2,15 @@
 // CPU passthrough: the CPU reads the mapping where it is, so "importing" is naming the pointer.
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include <sys/mman.h>
 
 #include <fmt/format.h>
 
+#include "internal/nothrow.hpp"
 #include "weightmap/registry.hpp"
 
 namespace wm {
@@ -44,6 +47,10 @@ public:
             return make_error(ErrorKind::io, fmt::format("cpu copy: mmap of {} anonymous bytes "
                                                          "failed: {}", size, std::strerror(errno)));
         std::memcpy(p, src, size);
+        {
+            std::lock_guard lock(mutex_);
+            copies_.emplace(p, size);
+        }
         ImportedBuffer buffer;
         buffer.host_address = p;
         buffer.device_address = p;
@@ -51,12 +58,32 @@ public:
         buffer.imported = false;
         return buffer;
     }
+
+    // Only what allocate_copy made is unmapped: an import's host_address is the model's own
+    // mapping, and munmap-ing it would pull the weights out from under every other tensor.
     Status free_copy(const ImportedBuffer& buffer) noexcept override {
-        if (munmap(buffer.host_address, buffer.size) != 0)
-            return make_error(ErrorKind::io, fmt::format("cpu copy: munmap failed: {}",
-                                                         std::strerror(errno)));
-        return {};
+        return internal::status_nothrow([&]() -> Status {
+            {
+                std::lock_guard lock(mutex_);
+                auto it = copies_.find(buffer.host_address);
+                if (it == copies_.end() || it->second != buffer.size)
+                    return make_error(ErrorKind::invalid_argument,
+                                      fmt::format("cpu free_copy: {} +{} is not a copy this "
+                                                  "importer allocated (an import, or freed "
+                                                  "already); nothing unmapped",
+                                                  buffer.host_address, buffer.size));
+                copies_.erase(it);
+            }
+            if (munmap(buffer.host_address, buffer.size) != 0)
+                return make_error(ErrorKind::io, fmt::format("cpu copy: munmap failed: {}",
+                                                             std::strerror(errno)));
+            return {};
+        });
     }
+
+private:
+    std::mutex mutex_;
+    std::map<void*, std::uint64_t> copies_; // allocate_copy's live buffers and their sizes
 };
 
 } // namespace

@@ -15,6 +15,7 @@
 #include "hsa_runtime.hpp"
 #include "internal/align.hpp"
 #include "internal/backend_factories.hpp"
+#include "internal/nothrow.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
 
@@ -147,37 +148,46 @@ public:
         return buffer;
     }
 
+    // Formatting a message can throw bad_alloc, which a noexcept release must not let out:
+    // status_nothrow turns it into out_of_memory. Nothing after the erase throws but the
+    // message, so the bookkeeping stays consistent either way.
     Status release(const ImportedBuffer& buffer) noexcept override {
-        if (!runtime_)
-            return make_error(ErrorKind::invalid_argument,
-                              "hsa release: this importer is not available and holds no locks");
-        const auto address = reinterpret_cast<std::uintptr_t>(buffer.host_address);
-        {
-            std::lock_guard<std::mutex> guard(mutex_);
-            auto [begin, end] = locks_.equal_range(address);
-            auto it = begin;
-            while (it != end && (it->second.size != buffer.size ||
-                                 it->second.agent_pointer != buffer.device_address))
-                ++it;
-            if (it == end)
-                // hsa_amd_memory_unlock of a pointer it did not lock is undefined behaviour.
+        return internal::status_nothrow([&]() -> Status {
+            if (!runtime_)
                 return make_error(ErrorKind::invalid_argument,
-                                  fmt::format("hsa release: {} +{:#x} (agent pointer {}) is not "
-                                              "locked by this importer",
-                                              buffer.host_address, buffer.size,
-                                              buffer.device_address));
-            locks_.erase(it);
-        }
-        const hsa_status_t status = runtime_->api().memory_unlock(buffer.host_address);
-        {
-            // Only now: until the runtime has unlocked, the pages still count against the budget.
-            std::lock_guard<std::mutex> guard(mutex_);
-            locked_bytes_ -= buffer.size;
-        }
-        if (status != HSA_STATUS_SUCCESS)
-            return make_error(ErrorKind::import_failed,
-                              fmt::format("hsa_amd_memory_unlock({}) failed: {}",
-                                          buffer.host_address, runtime_->describe(status)));
+                                  "hsa release: this importer is not available and holds no locks");
+            if (Status forgotten = forget_lock(buffer); !forgotten) return forgotten;
+            const hsa_status_t status = runtime_->api().memory_unlock(buffer.host_address);
+            {
+                // Only now: until the runtime has unlocked, the pages count against the budget.
+                std::lock_guard<std::mutex> guard(mutex_);
+                locked_bytes_ -= buffer.size;
+            }
+            if (status != HSA_STATUS_SUCCESS)
+                return make_error(ErrorKind::import_failed,
+                                  fmt::format("hsa_amd_memory_unlock({}) failed: {}",
+                                              buffer.host_address, runtime_->describe(status)));
+            return {};
+        });
+    }
+
+    // Removes the record of `buffer`'s lock; an error when this importer holds no such lock
+    // (hsa_amd_memory_unlock of a pointer it did not lock is undefined behaviour).
+    Status forget_lock(const ImportedBuffer& buffer) {
+        const auto address = reinterpret_cast<std::uintptr_t>(buffer.host_address);
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto [begin, end] = locks_.equal_range(address);
+        auto it = begin;
+        while (it != end && (it->second.size != buffer.size ||
+                             it->second.agent_pointer != buffer.device_address))
+            ++it;
+        if (it == end)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("hsa release: {} +{:#x} (agent pointer {}) is not "
+                                          "locked by this importer",
+                                          buffer.host_address, buffer.size,
+                                          buffer.device_address));
+        locks_.erase(it);
         return {};
     }
 
@@ -206,8 +216,10 @@ private:
     const Availability availability_;
 
     std::mutex mutex_;
-    // Keyed by host address; a multimap because the runtime allows overlapping locks (two
-    // supersets can start on the same page) and counts them, one unlock per lock.
+    // Keyed by host address; a multimap because hsa_lock_superset() lets an engine lock
+    // overlapping supersets (two can start on the same page). Whether ROCr counts two locks of
+    // one page is not measured (no /dev/kfd here; docs/hsa.md), so the planner never gives one
+    // importer two imports that share a page; this map only keeps one record per lock.
     std::multimap<std::uintptr_t, Lock> locks_;
     std::uint64_t locked_bytes_ = 0; // live locks plus reservations in flight
 };

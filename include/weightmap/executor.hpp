@@ -16,18 +16,13 @@
 #include "weightmap/export.h"
 #include "weightmap/importer.hpp"
 #include "weightmap/log.hpp"
+#include "weightmap/mapped_file.hpp"
 #include "weightmap/model.hpp"
 #include "weightmap/planner.hpp"
 #include "weightmap/result.hpp"
 #include "weightmap/span.hpp"
 
 namespace wm {
-
-/// One file's mapping as the executor sees it (the mapping layer, or a test's own mmap).
-struct MappedFile {
-    std::byte* base = nullptr;   ///< page-aligned start of the mapping of file offset 0
-    std::uint64_t length = 0;    ///< mapped length: the file size rounded up to whole pages
-};
 
 struct ExecuteOptions {
     LogCallback log;             ///< empty: the process-wide default (stderr)
@@ -74,7 +69,8 @@ public:
     /// The plan as executed: refused imports are fallbacks here, with the importer's reason,
     /// and the totals are recomputed.
     const Plan& plan() const noexcept;
-    /// Location of tensor `index` of the ModelDesc; index must be < number of tensors.
+    /// Location of tensor `index` of the ModelDesc. An index out of range gets imported =
+    /// false, host_address = nullptr and the reason "tensor index out of range".
     TensorLocation locate(std::uint32_t index) const;
     /// Live imports (non-CPU and CPU alike); 0 after release_all().
     std::size_t import_count() const noexcept;
@@ -95,6 +91,8 @@ private:
 /// each region through `importers[region.target]` (one per target; null means "no importer": the
 /// region falls back). Checks before each import that the extent lies inside the mapped length
 /// and that its address meets the importer's alignment; a violation is that region's fallback.
+/// The plan is checked against the model first: a region, run or placement whose target, file,
+/// tensor, region or run index is out of range or inconsistent fails with invalid_argument.
 WM_API Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                                Span<const MappedFile> files,
                                Span<Importer* const> importers,

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "weightmap/export.h"
-#include "weightmap/executor.hpp"
 #include "weightmap/importer.hpp"
+#include "weightmap/mapped_file.hpp"
 #include "weightmap/result.hpp"
 #include "weightmap/span.hpp"
 

@@ -21,7 +21,9 @@ namespace wm {
 /// DRM memory of one region ("gtt", "vram", "system", "cpu", ...), summed over the process's
 /// DRM clients (deduplicated by drm-client-id).
 struct DrmMemory {
-    std::optional<std::uint64_t> total;    ///< sum of drm-total-<region> (older kernels: drm-memory-<region>)
+    /// Sum of drm-total-<region>; a client without that line counts drm-memory-<region>, what
+    /// older amdgpu printed (never both: kernels that print both mean the same bytes).
+    std::optional<std::uint64_t> total;
     std::optional<std::uint64_t> resident; ///< sum of drm-resident-<region>
 };
 

@@ -20,6 +20,10 @@ struct ImporterEntry {
     std::string_view name;       ///< "hsa", "vulkan", "cpu"
     bool built = false;          ///< compiled into this build (Meson feature option)
     std::string_view build_note; ///< when !built: which option or package was missing
+    /// Static caps: an importer of this entry may ask for a writable mapping (HSA locks
+    /// read-write). decide_mapping() with no importer list creates only such entries' importers
+    /// (to ask whether they are available), never a Vulkan device or an HSA runtime for nothing.
+    bool may_need_writable_mapping = false;
     /// Creates the importer with its default configuration (HSA: the runtime found by dlopen and
     /// every GPU agent; Vulkan: an instance and device of its own on the first device with
     /// VK_EXT_external_memory_host). Null when !built. The result may still be unavailable():

@@ -1,17 +1,15 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer target: arbitrary bytes decoded into files, targets and tensors, planned in all three
-// modes. The planner must either refuse an inconsistent description or return a plan in which
-// every imported tensor resolves to extent + offset == its file offset, inside its extent; every
-// non-CPU extent is aligned, inside the file's mapped length and within the importer's limit; in
-// mode runs every import passes the gate on its own; no two extents of one importer in one file
-// overlap; and the totals add up. Traps on any broken promise.
-#include <algorithm>
+// modes. The planner must either refuse an inconsistent description or return a plan that
+// keeps every promise tests/support/plan_invariants.hpp checks (the unit tests use the same
+// checker). Traps on any broken promise.
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "support/plan_invariants.hpp"
 #include "weightmap/planner.hpp"
 
 namespace {
@@ -38,47 +36,10 @@ void check(const wm::ModelDesc& m, wm::PlanMode mode) {
         if (r.error().message.empty()) __builtin_trap();
         return;
     }
-    const wm::Plan& p = *r;
-    if (p.tensors.size() != m.tensors.size()) __builtin_trap();
-    std::uint64_t device = 0, imported = 0;
-    for (std::size_t i = 0; i < m.tensors.size(); ++i) {
-        const wm::TensorDesc& t = m.tensors[i];
-        const wm::TensorPlacement& place = p.tensors[i];
-        if (place.region >= p.regions.size()) __builtin_trap();
-        const wm::PlanRegion& region = p.regions[place.region];
-        if (region.target != t.target || region.file != t.file) __builtin_trap();
-        bool cpu = m.targets[t.target].caps.is_cpu;
-        if (!cpu) device += t.size;
-        if (place.run == wm::no_index) continue;
-        if (place.run >= region.runs.size()) __builtin_trap();
-        const wm::PlanRun& run = region.runs[place.run];
-        if (run.extent_offset + place.offset_in_run != t.offset) __builtin_trap();
-        if (place.offset_in_run + t.size > run.extent_size) __builtin_trap();
-        if (!cpu && region.decision == wm::Decision::import) imported += t.size;
-    }
-    if (p.totals.device_bytes != device || p.totals.imported_bytes != imported ||
-        p.totals.fallback_bytes != device - imported)
+    const std::vector<std::string> broken = wm::test::plan_violations(m, *r, o.max_imports_per_region);
+    if (!broken.empty()) {
+        std::fprintf(stderr, "fuzz_planner: %s\n", broken.front().c_str());
         __builtin_trap();
-    std::map<std::pair<std::string, std::uint32_t>, std::vector<std::pair<std::uint64_t, std::uint64_t>>> extents;
-    for (const wm::PlanRegion& region : p.regions) {
-        const wm::TargetDesc& target = m.targets[region.target];
-        if (target.caps.is_cpu || region.decision != wm::Decision::import) continue;
-        std::uint64_t align = std::max<std::uint64_t>(4096, target.caps.alignment);
-        std::uint64_t mapped = (m.files[region.file].size + 4095) / 4096 * 4096;
-        for (const wm::PlanRun& run : region.runs) {
-            if (run.extent_offset % align != 0 || run.extent_size % align != 0) __builtin_trap();
-            if (run.extent_offset + run.extent_size > mapped) __builtin_trap();
-            if (target.caps.max_import_size != 0 && run.extent_size > target.caps.max_import_size)
-                __builtin_trap();
-            if (mode == wm::PlanMode::runs && !wm::passes_tightness_gate(run.first, run.last, run.ctx_bytes))
-                __builtin_trap();
-            extents[{target.importer_key, region.file}].push_back({run.extent_offset, run.extent_size});
-        }
-    }
-    for (auto& [key, list] : extents) {
-        std::sort(list.begin(), list.end());
-        for (std::size_t i = 1; i < list.size(); ++i)
-            if (list[i - 1].first + list[i - 1].second > list[i].first) __builtin_trap();
     }
 }
 

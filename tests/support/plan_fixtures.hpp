@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Targets and options the planner tests share: a device target with its importer key, the CPU
-// target, deterministic plan options (4 KiB pages, import on), and plan_ok that fails the test
-// with the planner's message.
+// target, deterministic plan options (4 KiB pages, import on), plan_ok that fails the test
+// with the planner's message, and check_plan over every promise a plan makes.
 #pragma once
 
 #include <string>
 
 #include <catch2/catch.hpp>
 
+#include "support/plan_invariants.hpp"
 #include "weightmap/planner.hpp"
 
 namespace wm::test {
@@ -45,6 +46,13 @@ inline Plan plan_ok(const ModelDesc& m, const PlanOptions& o) {
     INFO((r ? std::string() : r.error().message));
     REQUIRE(r.ok());
     return std::move(r).value();
+}
+
+/// Fails the test with every promise `p` breaks (plan_invariants.hpp).
+inline void check_plan(const ModelDesc& m, const Plan& p, const PlanOptions& o = plan_options()) {
+    const std::vector<std::string> broken = plan_violations(m, p, o.max_imports_per_region);
+    for (std::size_t i = 0; i < broken.size() && i < 8; ++i) UNSCOPED_INFO(broken[i]);
+    CHECK(broken.empty());
 }
 
 } // namespace wm::test

@@ -22,10 +22,10 @@ TempFile::TempFile(std::uint64_t size, const std::string& suffix) : size_(size) 
     int fd = mkstemps(templ.data(), static_cast<int>(suffix.size()));
     if (fd < 0) throw std::runtime_error("mkstemps failed for " + templ);
     path_ = templ;
-    std::vector<unsigned char> chunk(1 << 20);
+    std::vector<std::byte> chunk(1 << 20);
     for (std::uint64_t done = 0; done < size;) {
         std::uint64_t n = std::min<std::uint64_t>(chunk.size(), size - done);
-        for (std::uint64_t i = 0; i < n; ++i) chunk[i] = pattern_byte(done + i);
+        internal::fill_model_pattern(done, Span<std::byte>(chunk.data(), n));
         if (write(fd, chunk.data(), n) != static_cast<ssize_t>(n)) {
             close(fd);
             throw std::runtime_error("write failed for " + path_);

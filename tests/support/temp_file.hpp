@@ -6,11 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "internal/pattern.hpp"
+
 namespace wm::test {
 
-/// Byte k of a pattern file: depends on the offset so misplaced reads show up.
+/// Byte k of a pattern file: the generated models' pattern, which every bit of the offset moves,
+/// so a read displaced by any amount shows up (an `offset * 131 + (offset >> 12) * 7` byte, used
+/// before, repeated every 256 bytes and every MiB: a read_back that ignored its offset passed).
 inline std::uint8_t pattern_byte(std::uint64_t offset) {
-    return static_cast<std::uint8_t>((offset * 131u + (offset >> 12) * 7u + 17u) & 0xffu);
+    return internal::model_pattern_byte(offset);
 }
 
 /// True when `bytes` are what a pattern file holds from `file_offset` on.
