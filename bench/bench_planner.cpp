@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "layouts.hpp"
+#include "testkit/layouts.hpp"
 #include "weightmap/planner.hpp"
 
 namespace {

@@ -15,7 +15,7 @@
 
 #include <time.h>
 
-#include "split_sim.hpp"
+#include "testkit/split_sim.hpp"
 #include "weightmap/split_sync.hpp"
 
 namespace {

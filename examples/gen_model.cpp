@@ -14,8 +14,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "internal/gguf_writer.hpp"
-#include "internal/synthetic_model.hpp"
+#include "testkit/gguf_writer.hpp"
+#include "testkit/synthetic_model.hpp"
 
 int main(int argc, char** argv) {
     using wm::internal::SyntheticModelOptions;

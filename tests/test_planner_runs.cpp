@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "../bench/layouts.hpp"
+#include "testkit/layouts.hpp"
 #include "fakes/fake_importers.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/executor.hpp"

@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "split_sim.hpp"
+#include "testkit/split_sim.hpp"
 #include "weightmap/split_sync.hpp"
 
 using namespace wm;

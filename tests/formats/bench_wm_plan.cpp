@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "formats/run_process.hpp"
-#include "internal/synthetic_model.hpp"
+#include "testkit/synthetic_model.hpp"
 #include "support/temp_file.hpp"
 
 int main(int argc, char** argv) {

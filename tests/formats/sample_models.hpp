@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "internal/gguf_writer.hpp"
-#include "internal/safetensors_writer.hpp"
+#include "testkit/gguf_writer.hpp"
+#include "testkit/safetensors_writer.hpp"
 
 namespace wm::test {
 

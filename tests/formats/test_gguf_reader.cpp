@@ -16,7 +16,7 @@
 #include "formats/model_invariants.hpp"
 #include "formats/sample_models.hpp"
 #include "internal/pattern.hpp"
-#include "internal/synthetic_model.hpp"
+#include "testkit/synthetic_model.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/formats.hpp"
 

@@ -13,7 +13,7 @@
 
 #include "formats/run_process.hpp"
 #include "formats/sample_models.hpp"
-#include "internal/synthetic_model.hpp"
+#include "testkit/synthetic_model.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/formats.hpp"
 

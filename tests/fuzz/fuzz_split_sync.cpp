@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "split_sim.hpp"
+#include "testkit/split_sim.hpp"
 #include "weightmap/split_sync.hpp"
 
 namespace {

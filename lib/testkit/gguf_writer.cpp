@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "internal/gguf_writer.hpp"
+#include "testkit/gguf_writer.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "layouts.hpp"
+#include "testkit/layouts.hpp"
 
 #include <algorithm>
 #include <vector>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The split simulator: virtual backends, a reusing graph allocator, hazard detection by vector
 // clocks, the rules it judges, and the random and named graphs. See split_sim.hpp.
-#include "split_sim.hpp"
+#include "testkit/split_sim.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "internal/gguf_writer.hpp"
+#include "testkit/gguf_writer.hpp"
 
 namespace wm::internal {
 

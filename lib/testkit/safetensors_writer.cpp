@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "internal/safetensors_writer.hpp"
+#include "testkit/safetensors_writer.hpp"
 
 #include <algorithm>
 #include <cerrno>

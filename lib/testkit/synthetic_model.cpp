@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "internal/synthetic_model.hpp"
+#include "testkit/synthetic_model.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "internal/gguf_writer.hpp" // DataFill
+#include "testkit/gguf_writer.hpp" // DataFill
 #include "weightmap/result.hpp"
 
 namespace wm::internal {
