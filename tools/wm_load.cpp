@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,24 +94,28 @@ std::string human(const std::optional<std::uint64_t>& v) {
     return v ? fmt::format("{:.1f} MiB", static_cast<double>(*v) / (1 << 20)) : "unknown";
 }
 
-} // namespace
+int fail(const std::string& message) {
+    fmt::print(stderr, "wm-load: {}\n", message);
+    return 1;
+}
 
-int main(int argc, char** argv) {
-    CLI::App app{"wm-load: load a model through libweightmap, verify it, report its memory", "wm-load"};
+struct Args {
     std::string importer_name = "auto";
     bool copy_arm = false, json = false;
     wm::tools::PlanCli plan_cli;
     std::vector<std::string> paths;
-    app.add_option("--importer", importer_name, "auto|cpu|vulkan|hsa (auto: first available)")
+};
+
+// Parses the command line into `args`. Returns the exit status when wm-load stops here
+// (--help, or a parse error).
+std::optional<int> parse_args(int argc, char** argv, Args& args) {
+    CLI::App app{"wm-load: load a model through libweightmap, verify it, report its memory", "wm-load"};
+    app.add_option("--importer", args.importer_name, "auto|cpu|vulkan|hsa (auto: first available)")
         ->check(CLI::IsMember({"auto", "cpu", "vulkan", "hsa"}));
-    app.add_flag("--copy", copy_arm, "control arm: copy device tensors instead of importing");
-    app.add_flag("--json", json, "print one JSON object");
-    plan_cli.add_options(app);
-    app.add_option("FILE", paths, "model file(s): GGUF (first shard) or safetensors")->required();
-    auto fail = [](const std::string& message) {
-        fmt::print(stderr, "wm-load: {}\n", message);
-        return 1;
-    };
+    app.add_flag("--copy", args.copy_arm, "control arm: copy device tensors instead of importing");
+    app.add_flag("--json", args.json, "print one JSON object");
+    args.plan_cli.add_options(app);
+    app.add_option("FILE", args.paths, "model file(s): GGUF (first shard) or safetensors")->required();
     try {
         wm::tools::parse_with_llama_spelling(app, argc, argv);
     } catch (const CLI::Success& e) {
@@ -118,195 +123,270 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return fail(fmt::format("{} (see --help)", e.what()));
     }
+    return std::nullopt;
+}
 
-    auto rules = plan_cli.rules();
-    if (!rules) return fail(rules.error().message);
-    auto info = wm::read_model(paths);
-    if (!info) return fail(info.error().message);
-    auto device = wm::create_importer(importer_name);
-    if (!device) return fail(device.error().message);
-    wm::Importer& importer = *device.value();
-    auto cpu = wm::make_cpu_importer();
-
-    auto desc = wm::to_model_desc(info.value(), rules.value(), [&](std::string_view name)
-                                                                  -> wm::Result<wm::TargetDesc> {
-        if (name == wm::cpu_target_name) return wm::target_for(std::string(name), *cpu);
+// The model as the planner sees it: the CPU target served by `cpu`, every other by `importer`.
+wm::Result<wm::ModelDesc> describe_model(const wm::ModelInfo& info, const wm::PlacementRules& rules,
+                                         wm::Importer& importer, wm::Importer& cpu,
+                                         const wm::tools::PlanCli& plan_cli) {
+    return wm::to_model_desc(info, rules, [&](std::string_view name)
+                                              -> wm::Result<wm::TargetDesc> {
+        if (name == wm::cpu_target_name) return wm::target_for(std::string(name), cpu);
         wm::TargetDesc target = wm::target_for(std::string(name), importer);
         // `--importer cpu` stands in for a unified-memory device: its tensors are planned as a
         // device's (gate, runs, pinned bytes) and served by passthrough.
         target.caps.is_cpu = false;
         return plan_cli.adjust(std::move(target));
     });
+}
+
+wm::LoadOptions load_options(const Args& args) {
+    wm::LoadOptions options;
+    options.plan = args.plan_cli.plan_options();
+    if (args.copy_arm) options.plan.import_enabled = false;
+    options.execute.log = [](wm::LogLevel level, std::string_view message) {
+        if (level >= wm::LogLevel::warning) fmt::print(stderr, "wm-load: {}\n", message);
+    };
+    return options;
+}
+
+// What the import will pin, for its progress bar (the import is where a large model spends its
+// time); 0 when the plan fails, which load_model() then reports.
+std::uint64_t planned_import_bytes(const wm::ModelDesc& desc, const wm::PlanOptions& options) {
+    auto plan_preview = wm::make_plan(desc, options);
+    return plan_preview ? plan_preview->totals.pinned_bytes : 0;
+}
+
+// Device copies of the tensors that fall back, as an engine makes them; freed on destruction.
+struct DeviceCopies {
+    wm::Importer& importer;
+    std::vector<std::pair<std::uint32_t, wm::ImportedBuffer>> buffers; // (tensor, its copy)
+    explicit DeviceCopies(wm::Importer& device) : importer(device) {}
+    DeviceCopies(const DeviceCopies&) = delete;
+    DeviceCopies& operator=(const DeviceCopies&) = delete;
+    ~DeviceCopies() {
+        for (auto& [tensor, buffer] : buffers) (void)importer.free_copy(buffer);
+    }
+};
+
+bool on_device(const wm::ModelDesc& model, const wm::TensorDesc& t) {
+    return !model.targets[t.target].caps.is_cpu;
+}
+
+// Copies every device tensor that was not imported; counts imported, fallback and copied
+// bytes. On a failed copy, reports it and returns false.
+bool copy_fallback_tensors(const wm::LoadedModel& loaded, DeviceCopies& copies, Counts& counts) {
+    const wm::ModelDesc& model = loaded.model();
+    std::uint64_t to_copy = 0;
+    for (std::uint32_t i = 0; i < model.tensors.size(); ++i)
+        if (on_device(model, model.tensors[i]) && !loaded.locate(i).imported)
+            to_copy += model.tensors[i].size;
+    Progress copy_progress("copying", to_copy);
+    for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
+        const wm::TensorDesc& t = model.tensors[i];
+        if (!on_device(model, t)) continue;
+        wm::TensorLocation where = loaded.locate(i);
+        if (where.imported) {
+            counts.imported_bytes += t.size;
+            continue;
+        }
+        counts.fallback_bytes += t.size;
+        if (t.size == 0) continue;
+        auto copy = copies.importer.allocate_copy(where.host_address, t.size);
+        if (!copy) {
+            fail(fmt::format("copy of tensor '{}' failed: {}", t.name, copy.error().message));
+            return false;
+        }
+        copies.buffers.emplace_back(i, copy.value());
+        counts.copied_bytes += t.size;
+        copy_progress.update(counts.copied_bytes);
+    }
+    return true;
+}
+
+// Reads device tensors back and compares them with the file, chunk by chunk, with progress.
+class Verifier {
+public:
+    Verifier(const wm::ModelDesc& model, wm::Importer& importer, std::uint64_t total_bytes)
+        : files_(model), importer_(importer), progress_("verifying", total_bytes) {}
+
+    // Why tensor `t`, at `base` in `buffer`, differs from its bytes in the file; nothing when it
+    // does not.
+    std::optional<std::string> compare(const wm::TensorDesc& t, const wm::ImportedBuffer& buffer,
+                                       std::uint64_t base) {
+        std::optional<std::string> why;
+        for (std::uint64_t done = 0; done < t.size && !why; done += verify_chunk) {
+            std::uint64_t n = std::min(verify_chunk, t.size - done);
+            if (!files_.read(t.file, t.offset + done, n, expected_.data()))
+                return "pread of the file failed";
+            if (wm::Status s = importer_.read_back(buffer, base + done, n, seen_.data()); !s)
+                return s.error().message;
+            if (std::memcmp(expected_.data(), seen_.data(), n) != 0)
+                why = fmt::format("bytes differ in [{}, +{})", done, n);
+            verified_bytes_ += n;
+            progress_.update(verified_bytes_);
+        }
+        return why;
+    }
+
+private:
+    FileReader files_;
+    wm::Importer& importer_;
+    std::vector<unsigned char> expected_ = std::vector<unsigned char>(verify_chunk);
+    std::vector<unsigned char> seen_ = std::vector<unsigned char>(verify_chunk);
+    Progress progress_;
+    std::uint64_t verified_bytes_ = 0;
+};
+
+// Verifies every device tensor as the device sees it (its import, or its copy) against the file.
+void verify_device_tensors(const wm::LoadedModel& loaded, const DeviceCopies& copies,
+                           Counts& counts) {
+    const wm::ModelDesc& model = loaded.model();
+    std::vector<std::int64_t> copy_of(model.tensors.size(), -1);
+    for (std::size_t k = 0; k < copies.buffers.size(); ++k)
+        copy_of[copies.buffers[k].first] = static_cast<std::int64_t>(k);
+    Verifier verifier(model, copies.importer, counts.imported_bytes + counts.copied_bytes);
+    for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
+        const wm::TensorDesc& t = model.tensors[i];
+        if (!on_device(model, t) || t.size == 0) continue;
+        wm::TensorLocation where = loaded.locate(i);
+        const wm::ImportedBuffer* buffer =
+            where.imported ? where.buffer
+                           : &copies.buffers[static_cast<std::size_t>(copy_of[i])].second;
+        const std::uint64_t base = where.imported ? where.offset_in_buffer : 0;
+        if (std::optional<std::string> why = verifier.compare(t, *buffer, base)) {
+            ++counts.tensors_mismatched;
+            if (counts.mismatches.size() < 10)
+                counts.mismatches.push_back(fmt::format("{}: {}", t.name, *why));
+        } else {
+            ++counts.tensors_verified;
+        }
+    }
+}
+
+// What the load cost: its time, and memory at the sampler's first sample, at its peak and after.
+struct LoadCost {
+    double seconds = 0;
+    wm::MemStat before, peak, after;
+};
+
+// What wm-load reports, in either output form.
+struct Report {
+    const Args& args;
+    const wm::Importer& importer;
+    const wm::LoadedModel& loaded;
+    const Counts& counts;
+    const LoadCost& cost;
+    const wm::PlanTotals& totals() const { return loaded.placement().plan().totals; }
+    const char* arm() const { return args.copy_arm ? "copy" : "import"; }
+};
+
+void print_json(const Report& r) {
+    const wm::MemStat &before = r.cost.before, &peak = r.cost.peak, &after = r.cost.after;
+    nlohmann::json out;
+    out["importer"] = std::string(r.importer.name());
+    out["arm"] = r.arm();
+    out["mapping"] = wm::to_string(r.loaded.mapping_decision().access);
+    out["read_only_after_load"] = r.loaded.read_only();
+    out["device_bytes"] = r.totals().device_bytes;
+    out["imported_bytes"] = r.counts.imported_bytes;
+    out["pinned_bytes"] = r.totals().pinned_bytes;
+    out["imports"] = r.totals().imports;
+    out["fallback_bytes"] = r.counts.fallback_bytes;
+    out["copied_bytes"] = r.counts.copied_bytes;
+    out["tensors_verified"] = r.counts.tensors_verified;
+    out["tensors_mismatched"] = r.counts.tensors_mismatched;
+    out["load_seconds"] = r.cost.seconds;
+    out["rss_anon_delta"] = optional_json(wm::delta(before.rss_anon, after.rss_anon));
+    out["rss_file_delta"] = optional_json(wm::delta(before.rss_file, after.rss_file));
+    out["vm_lck_delta"] = optional_json(wm::delta(before.vm_lck, after.vm_lck));
+    out["vm_pin_delta"] = optional_json(wm::delta(before.vm_pin, after.vm_pin));
+    out["rss_anon_peak"] = optional_json(peak.rss_anon);
+    out["rss_file_peak"] = optional_json(peak.rss_file);
+    out["vm_lck_peak"] = optional_json(peak.vm_lck);
+    out["vm_pin_peak"] = optional_json(peak.vm_pin);
+    nlohmann::json drm = nlohmann::json::object();
+    for (const auto& [region, mem] : peak.drm)
+        drm[region] = {{"total_peak", optional_json(mem.total)},
+                       {"resident_peak", optional_json(mem.resident)}};
+    out["drm_peak"] = drm;
+    out["mismatches"] = r.counts.mismatches;
+    fmt::print("{}\n", out.dump());
+}
+
+void print_text(const Report& r) {
+    const wm::MemStat &before = r.cost.before, &peak = r.cost.peak, &after = r.cost.after;
+    const wm::PlanTotals& totals = r.totals();
+    const Counts& counts = r.counts;
+    fmt::print("importer        {} ({} arm), mapping {}{}\n", r.importer.name(), r.arm(),
+               wm::to_string(r.loaded.mapping_decision().access),
+               r.loaded.read_only() ? ", PROT_READ after load" : "");
+    fmt::print("device bytes    {:.1f} MiB: imported {:.1f} MiB in {} imports (pinned {:.1f} "
+               "MiB), fallback {:.1f} MiB, copied {:.1f} MiB\n",
+               totals.device_bytes / 1048576.0, counts.imported_bytes / 1048576.0,
+               totals.imports, totals.pinned_bytes / 1048576.0,
+               counts.fallback_bytes / 1048576.0, counts.copied_bytes / 1048576.0);
+    fmt::print("verified        {} tensors, {} mismatched\n", counts.tensors_verified,
+               counts.tensors_mismatched);
+    fmt::print("load            {:.3f} s\n", r.cost.seconds);
+    fmt::print("RssAnon         delta {}, peak {}\n",
+               human(wm::delta(before.rss_anon, after.rss_anon)), human(peak.rss_anon));
+    fmt::print("RssFile         delta {}, peak {}\n",
+               human(wm::delta(before.rss_file, after.rss_file)), human(peak.rss_file));
+    fmt::print("VmLck / VmPin   delta {} / {}\n", human(wm::delta(before.vm_lck, after.vm_lck)),
+               human(wm::delta(before.vm_pin, after.vm_pin)));
+    for (const auto& [region, mem] : peak.drm)
+        fmt::print("DRM {:<11} total peak {}, resident peak {}\n", region, human(mem.total),
+                   human(mem.resident));
+    for (const std::string& m : counts.mismatches) fmt::print("MISMATCH        {}\n", m);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    Args args;
+    if (std::optional<int> stop = parse_args(argc, argv, args)) return *stop;
+    auto rules = args.plan_cli.rules();
+    if (!rules) return fail(rules.error().message);
+    auto info = wm::read_model(args.paths);
+    if (!info) return fail(info.error().message);
+    auto device = wm::create_importer(args.importer_name);
+    if (!device) return fail(device.error().message);
+    wm::Importer& importer = *device.value();
+    auto cpu = wm::make_cpu_importer();
+    auto desc = describe_model(info.value(), rules.value(), importer, *cpu, args.plan_cli);
     if (!desc) return fail(desc.error().message);
     std::vector<wm::Importer*> importers;
     for (const wm::TargetDesc& t : desc->targets)
         importers.push_back(t.caps.is_cpu ? cpu.get() : &importer);
-
-    wm::LoadOptions options;
-    options.plan = plan_cli.plan_options();
-    if (copy_arm) options.plan.import_enabled = false;
-    options.execute.log = [](wm::LogLevel level, std::string_view message) {
-        if (level >= wm::LogLevel::warning) fmt::print(stderr, "wm-load: {}\n", message);
-    };
+    wm::LoadOptions options = load_options(args);
 
     // --- load: map, plan, import, then copy what the device still needs ------------------------
     wm::MemSampler sampler;
     sampler.start();
     const auto t0 = std::chrono::steady_clock::now();
-    std::uint64_t planned_import_bytes = 0;
-    {
-        // Progress of the import, which is where a large model spends its time.
-        auto plan_preview = wm::make_plan(desc.value(), options.plan);
-        if (plan_preview) planned_import_bytes = plan_preview->totals.pinned_bytes;
-    }
-    Progress import_progress("importing", planned_import_bytes);
+    // Here, not in a helper: the import's progress callback below refers to it.
+    Progress import_progress("importing", planned_import_bytes(desc.value(), options.plan));
     options.execute.progress = [&](std::uint64_t done, std::uint64_t) {
         import_progress.update(done);
         return true;
     };
     auto loaded = wm::load_model(desc.value(), importers, options);
     if (!loaded) return fail(loaded.error().message);
-
     Counts counts;
-    std::vector<std::pair<std::uint32_t, wm::ImportedBuffer>> copies;
-    struct CopyGuard {
-        wm::Importer& importer;
-        std::vector<std::pair<std::uint32_t, wm::ImportedBuffer>>& copies;
-        ~CopyGuard() {
-            for (auto& [tensor, buffer] : copies) (void)importer.free_copy(buffer);
-        }
-    } guard{importer, copies};
-    const wm::ModelDesc& model = loaded->model();
-    std::uint64_t to_copy = 0;
-    for (std::uint32_t i = 0; i < model.tensors.size(); ++i)
-        if (!model.targets[model.tensors[i].target].caps.is_cpu && !loaded->locate(i).imported)
-            to_copy += model.tensors[i].size;
-    {
-        Progress copy_progress("copying", to_copy);
-        for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
-            const wm::TensorDesc& t = model.tensors[i];
-            if (model.targets[t.target].caps.is_cpu) continue;
-            wm::TensorLocation where = loaded->locate(i);
-            if (where.imported) {
-                counts.imported_bytes += t.size;
-                continue;
-            }
-            counts.fallback_bytes += t.size;
-            if (t.size == 0) continue;
-            auto copy = importer.allocate_copy(where.host_address, t.size);
-            if (!copy) return fail(fmt::format("copy of tensor '{}' failed: {}", t.name,
-                                               copy.error().message));
-            copies.emplace_back(i, copy.value());
-            counts.copied_bytes += t.size;
-            copy_progress.update(counts.copied_bytes);
-        }
-    }
-    const double load_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    wm::MemStat peak = sampler.stop();
-    wm::MemStat before = sampler.first();
-    wm::MemStat after = wm::read_memstat();
+    DeviceCopies copies(importer);
+    if (!copy_fallback_tensors(loaded.value(), copies, counts)) return 1;
+    LoadCost cost;
+    cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cost.peak = sampler.stop();
+    cost.before = sampler.first();
+    cost.after = wm::read_memstat();
 
     // --- verify: every device tensor as the device sees it, against the file -----------------
-    FileReader files(model);
-    std::vector<unsigned char> expected(verify_chunk), seen(verify_chunk);
-    std::vector<std::int64_t> copy_of(model.tensors.size(), -1);
-    for (std::size_t k = 0; k < copies.size(); ++k) copy_of[copies[k].first] = static_cast<std::int64_t>(k);
-    {
-        Progress verify_progress("verifying", counts.imported_bytes + counts.copied_bytes);
-        std::uint64_t verified_bytes = 0;
-        for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
-            const wm::TensorDesc& t = model.tensors[i];
-            if (model.targets[t.target].caps.is_cpu || t.size == 0) continue;
-            wm::TensorLocation where = loaded->locate(i);
-            const wm::ImportedBuffer* buffer = where.imported ? where.buffer
-                                                               : &copies[static_cast<std::size_t>(copy_of[i])].second;
-            std::uint64_t base = where.imported ? where.offset_in_buffer : 0;
-            bool same = true;
-            std::string why;
-            for (std::uint64_t done = 0; done < t.size && same; done += verify_chunk) {
-                std::uint64_t n = std::min(verify_chunk, t.size - done);
-                if (!files.read(t.file, t.offset + done, n, expected.data())) {
-                    why = "pread of the file failed";
-                    same = false;
-                    break;
-                }
-                if (wm::Status s = importer.read_back(*buffer, base + done, n, seen.data()); !s) {
-                    why = s.error().message;
-                    same = false;
-                    break;
-                }
-                if (std::memcmp(expected.data(), seen.data(), n) != 0) {
-                    why = fmt::format("bytes differ in [{}, +{})", done, n);
-                    same = false;
-                }
-                verified_bytes += n;
-                verify_progress.update(verified_bytes);
-            }
-            if (same) {
-                ++counts.tensors_verified;
-            } else {
-                ++counts.tensors_mismatched;
-                if (counts.mismatches.size() < 10)
-                    counts.mismatches.push_back(fmt::format("{}: {}", t.name, why));
-            }
-        }
-    }
-
-    const wm::PlanTotals& totals = loaded->placement().plan().totals;
-    auto anon_delta = wm::delta(before.rss_anon, after.rss_anon);
-    auto file_delta = wm::delta(before.rss_file, after.rss_file);
-    auto lck_delta = wm::delta(before.vm_lck, after.vm_lck);
-    auto pin_delta = wm::delta(before.vm_pin, after.vm_pin);
-    if (json) {
-        nlohmann::json out;
-        out["importer"] = std::string(importer.name());
-        out["arm"] = copy_arm ? "copy" : "import";
-        out["mapping"] = wm::to_string(loaded->mapping_decision().access);
-        out["read_only_after_load"] = loaded->read_only();
-        out["device_bytes"] = totals.device_bytes;
-        out["imported_bytes"] = counts.imported_bytes;
-        out["pinned_bytes"] = totals.pinned_bytes;
-        out["imports"] = totals.imports;
-        out["fallback_bytes"] = counts.fallback_bytes;
-        out["copied_bytes"] = counts.copied_bytes;
-        out["tensors_verified"] = counts.tensors_verified;
-        out["tensors_mismatched"] = counts.tensors_mismatched;
-        out["load_seconds"] = load_seconds;
-        out["rss_anon_delta"] = optional_json(anon_delta);
-        out["rss_file_delta"] = optional_json(file_delta);
-        out["vm_lck_delta"] = optional_json(lck_delta);
-        out["vm_pin_delta"] = optional_json(pin_delta);
-        out["rss_anon_peak"] = optional_json(peak.rss_anon);
-        out["rss_file_peak"] = optional_json(peak.rss_file);
-        out["vm_lck_peak"] = optional_json(peak.vm_lck);
-        out["vm_pin_peak"] = optional_json(peak.vm_pin);
-        nlohmann::json drm = nlohmann::json::object();
-        for (const auto& [region, mem] : peak.drm)
-            drm[region] = {{"total_peak", optional_json(mem.total)},
-                           {"resident_peak", optional_json(mem.resident)}};
-        out["drm_peak"] = drm;
-        out["mismatches"] = counts.mismatches;
-        fmt::print("{}\n", out.dump());
-    } else {
-        fmt::print("importer        {} ({} arm), mapping {}{}\n", importer.name(),
-                   copy_arm ? "copy" : "import", wm::to_string(loaded->mapping_decision().access),
-                   loaded->read_only() ? ", PROT_READ after load" : "");
-        fmt::print("device bytes    {:.1f} MiB: imported {:.1f} MiB in {} imports (pinned {:.1f} "
-                   "MiB), fallback {:.1f} MiB, copied {:.1f} MiB\n",
-                   totals.device_bytes / 1048576.0, counts.imported_bytes / 1048576.0,
-                   totals.imports, totals.pinned_bytes / 1048576.0,
-                   counts.fallback_bytes / 1048576.0, counts.copied_bytes / 1048576.0);
-        fmt::print("verified        {} tensors, {} mismatched\n", counts.tensors_verified,
-                   counts.tensors_mismatched);
-        fmt::print("load            {:.3f} s\n", load_seconds);
-        fmt::print("RssAnon         delta {}, peak {}\n", human(anon_delta), human(peak.rss_anon));
-        fmt::print("RssFile         delta {}, peak {}\n", human(file_delta), human(peak.rss_file));
-        fmt::print("VmLck / VmPin   delta {} / {}\n", human(lck_delta), human(pin_delta));
-        for (const auto& [region, mem] : peak.drm)
-            fmt::print("DRM {:<11} total peak {}, resident peak {}\n", region, human(mem.total),
-                       human(mem.resident));
-        for (const std::string& m : counts.mismatches) fmt::print("MISMATCH        {}\n", m);
-    }
+    verify_device_tensors(loaded.value(), copies, counts);
+    const Report report{args, importer, loaded.value(), counts, cost};
+    if (args.json) print_json(report);
+    else print_text(report);
     return counts.tensors_mismatched == 0 ? 0 : 2;
 }

@@ -10,7 +10,7 @@
 // This helper answers, per split and before it starts, which backends the host must synchronize
 // now, which syncs it may defer, and at the end of the graph which backends must still be
 // drained. It is pure: no OS call, no global state, no allocation after create() except for an
-// error's message. Its rule is proven race-free by the simulator in tests/split_sim.cpp over
+// error's message. Its rule is proven race-free by the simulator in lib/testkit/split_sim.cpp over
 // 10,000 seeded random graphs; docs/split_sync.md states the rule and the hazards that shaped it.
 //
 // Model of the engine the answers are valid for (the ggml scheduler's own behaviour):
@@ -160,6 +160,19 @@ private:
     std::uint64_t& last_touch(std::uint32_t backend, std::uint32_t buffer_type) noexcept {
         return last_touch_[std::size_t{backend} * 64 + buffer_type];
     }
+
+    // The steps of next() and finish(), defined in split_sync.cpp, their only caller. Declared
+    // inline on purpose: inline members are hidden (-fvisibility-inlines-hidden), so they are not
+    // exported, and GCC inlines them; an exported member would be interposable under -fPIC and
+    // stay a call, and these steps are the per-split cost.
+    inline void host_sync(std::uint32_t backend) noexcept;
+    inline void order_work_clock(std::uint32_t backend, BackendMask waited_on) noexcept;
+    inline bool drain_before_reuse(std::uint32_t backend) noexcept;
+    inline BackendMask conflicts(std::uint32_t backend, BufferTypeMask touched) const noexcept;
+    inline BackendMask sync_conflicts(std::uint32_t backend, BufferTypeMask touched) noexcept;
+    inline std::uint32_t covering_most(BackendMask backends, const std::uint64_t* need) noexcept;
+    inline void submit(const SplitDesc& split, BufferTypeMask in_flight) noexcept;
+    inline BackendMask unordered_async(std::uint32_t backend) const noexcept;
 
     SplitSyncParams params_;
     std::uint64_t graph_splits_ = 0;
