@@ -196,21 +196,70 @@ private:
         if (w.first_refused == none || s.b < w.first_refused) w.first_refused = s.b;
     }
 
+    // --- sorting (sort_tensors) ---------------------------------------------------------------
     void sort_tensors();
+    void group_by_counting();
+    void group_by_comparison();
+    void sort_group(const Group& g);
+    void sort_group_by_offset(const Group& g);
+    void order_equal_offsets(const Group& g);
+
+    // --- regions (run) ------------------------------------------------------------------------
+    void add_regions();
+    void plan_region(std::uint32_t region, bool enabled, const std::string& disabled_reason);
+    std::string import_reason(const PlanRegion& region) const;
+    std::string whole_fallback_reason(const PlanRegion& region, bool enabled,
+                                      const std::string& disabled_reason) const;
+    void add_totals();
+
+    // --- runs of one device region ------------------------------------------------------------
     void mark_clusters(const RegionWork& w);
     void plan_device_region(std::uint32_t region);
     std::uint32_t refuse_unmappable_tail(std::uint32_t region, std::uint32_t end);
     void append_clusters(Span span, std::vector<Span>& out) const;
     std::vector<Span> split_to_limit(std::uint32_t region, const std::vector<Span>& pieces);
+    std::uint32_t cheapest_cut(const RegionWork& w, std::uint32_t i, std::uint32_t k) const;
     std::vector<Span> merge_runs(std::uint32_t region, const std::vector<Span>& units,
                                  std::uint64_t threshold);
+    std::vector<std::uint32_t> merge_across_gaps(std::uint32_t region,
+                                                 const std::vector<Span>& units,
+                                                 std::uint64_t threshold,
+                                                 std::size_t& importable_groups);
+    std::vector<Span> runs_from_groups(std::uint32_t region, const std::vector<Span>& units,
+                                       const std::vector<std::uint32_t>& group_end,
+                                       std::size_t importable_groups);
+    std::vector<Span> keep_within_budget(std::uint32_t region, const std::vector<Span>& runs);
+
+    // --- shared pages across runs of one importer and file ------------------------------------
     void separate_shared_pages();
     struct RunRef {
         std::uint64_t lane, start;
         std::uint32_t region, run;
     };
+    // One way to stop a run sharing a page: leave out `drop`, keep `rest` if `rest_ok`; `loss`
+    // is the tensor bytes that falls back (the whole run when the rest is not importable).
+    struct Cut {
+        Span drop, rest;
+        bool rest_ok = false;
+        std::uint64_t loss = UINT64_MAX; // the default Cut is never the cheaper side
+    };
+    Span& span_of(const RunRef& ref) { return work_[ref.region].runs[ref.run]; }
+    std::uint64_t stop_of(const RunRef& ref) const {
+        return stop(work_[ref.region], work_[ref.region].runs[ref.run]);
+    }
     void separate_lane(const RunRef* refs, std::size_t count);
+    bool separate_pair(const RunRef& a, const RunRef& b, bool overlaps_one);
+    Cut cut_leading(const RegionWork& w, Span run, std::uint64_t bound_below) const;
+    Cut cut_trailing(const RegionWork& w, Span run, std::uint64_t bound_above) const;
+    std::string shared_reason(const RunRef& loser, const RunRef& other, std::uint64_t this_loss,
+                              std::uint64_t other_loss, bool overlaps_one) const;
+    void drop_shared(const RunRef& loser, const Cut& cut, const std::string& reason);
+
+    // --- the plan's regions -------------------------------------------------------------------
     void finish_region(std::uint32_t region);
+    void emit_runs(std::uint32_t region);
+    std::string region_reason(std::uint32_t region);
+    void append_import_details(std::uint32_t region, std::string& reason) const;
 };
 
 // Orders tensors by (target, file, offset). Engines hand tensors over in file order, so a
@@ -221,39 +270,8 @@ void Planner::sort_tensors() {
     const std::size_t n = model_.tensors.size();
     const std::uint64_t files = model_.files.size(), targets = model_.targets.size();
     order_.resize(n);
-    auto group_key = [&](const TensorDesc& t) { return std::uint64_t{t.target} * files + t.file; };
-    if (targets * files <= 2 * n + 1024 && targets * files < UINT32_MAX) {
-        // One pass over the (large) TensorDesc array; the second reads the compact keys.
-        std::vector<std::uint32_t> key(n), start(targets * files + 1, 0);
-        for (std::uint32_t i = 0; i < n; ++i) {
-            key[i] = static_cast<std::uint32_t>(group_key(model_.tensors[i]));
-            ++start[key[i] + 1];
-        }
-        for (std::size_t g = 1; g < start.size(); ++g) start[g] += start[g - 1];
-        for (std::size_t g = 0; g + 1 < start.size(); ++g)
-            if (start[g] != start[g + 1])
-                groups_.push_back({start[g], start[g + 1], static_cast<std::uint32_t>(g / files),
-                                   static_cast<std::uint32_t>(g % files)});
-        for (std::uint32_t i = 0; i < n; ++i) order_[start[key[i]]++] = i;
-    } else {
-        std::iota(order_.begin(), order_.end(), 0u);
-        std::sort(order_.begin(), order_.end(), [&](std::uint32_t a, std::uint32_t b) {
-            const TensorDesc& x = model_.tensors[a];
-            const TensorDesc& y = model_.tensors[b];
-            if (x.target != y.target) return x.target < y.target;
-            if (x.file != y.file) return x.file < y.file;
-            return x.offset != y.offset ? x.offset < y.offset : a < b;
-        });
-        for (std::uint32_t k = 0; k < n;) {
-            const TensorDesc& head = model_.tensors[order_[k]];
-            std::uint32_t j = k + 1;
-            while (j < n && model_.tensors[order_[j]].target == head.target &&
-                   model_.tensors[order_[j]].file == head.file)
-                ++j;
-            groups_.push_back({k, j, head.target, head.file});
-            k = j;
-        }
-    }
+    if (targets * files <= 2 * n + 1024 && targets * files < UINT32_MAX) group_by_counting();
+    else group_by_comparison();
     offset_.resize(n);
     end_.resize(n);
     for (std::size_t k = 0; k < n; ++k) {
@@ -263,41 +281,7 @@ void Planner::sort_tensors() {
     }
     bool nested = false;
     for (const Group& g : groups_) {
-        bool sorted = true;
-        for (std::uint32_t k = g.begin + 1; k < g.end && sorted; ++k)
-            sorted = offset_[k - 1] <= offset_[k];
-        if (!sorted) {
-            struct Entry {
-                std::uint64_t offset;
-                std::uint32_t index;
-            };
-            std::vector<Entry> entries(g.end - g.begin);
-            for (std::uint32_t k = g.begin; k < g.end; ++k)
-                entries[k - g.begin] = {offset_[k], order_[k]};
-            // Ties by index: the plan must not depend on the order tensors came in.
-            std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-                return a.offset != b.offset ? a.offset < b.offset : a.index < b.index;
-            });
-            for (std::uint32_t k = g.begin; k < g.end; ++k) {
-                const Entry& e = entries[k - g.begin];
-                order_[k] = e.index;
-                offset_[k] = e.offset;
-                end_[k] = e.offset + model_.tensors[e.index].size;
-            }
-        } else {
-            // Equal offsets keep input order from the stable counting sort; put them in index
-            // order so the plan does not depend on the input order.
-            for (std::uint32_t k = g.begin + 1; k < g.end; ++k) {
-                if (offset_[k - 1] != offset_[k] || order_[k - 1] < order_[k]) continue;
-                std::uint32_t b = k - 1, e = k + 1;
-                while (b > g.begin && offset_[b - 1] == offset_[k]) --b;
-                while (e < g.end && offset_[e] == offset_[k]) ++e;
-                std::sort(order_.begin() + b, order_.begin() + e);
-                for (std::uint32_t q = b; q < e; ++q)
-                    end_[q] = offset_[q] + model_.tensors[order_[q]].size;
-                k = e - 1;
-            }
-        }
+        sort_group(g);
         for (std::uint32_t k = g.begin + 1; k < g.end && !nested; ++k)
             nested = end_[k] < end_[k - 1];
     }
@@ -306,6 +290,89 @@ void Planner::sort_tensors() {
     prefix_[0] = 0;
     for (std::size_t k = 0; k < n; ++k) prefix_[k + 1] = prefix_[k] + (end_[k] - offset_[k]);
     cluster_start_.assign(n, 0);
+}
+
+// Stable counting sort by (target, file) into order_, and the groups it finds.
+void Planner::group_by_counting() {
+    const std::size_t n = model_.tensors.size();
+    const std::uint64_t files = model_.files.size(), groups = model_.targets.size() * files;
+    // One pass over the (large) TensorDesc array; the second reads the compact keys.
+    std::vector<std::uint32_t> key(n), start(groups + 1, 0);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        const TensorDesc& t = model_.tensors[i];
+        key[i] = static_cast<std::uint32_t>(std::uint64_t{t.target} * files + t.file);
+        ++start[key[i] + 1];
+    }
+    for (std::size_t g = 1; g < start.size(); ++g) start[g] += start[g - 1];
+    for (std::size_t g = 0; g + 1 < start.size(); ++g)
+        if (start[g] != start[g + 1])
+            groups_.push_back({start[g], start[g + 1], static_cast<std::uint32_t>(g / files),
+                               static_cast<std::uint32_t>(g % files)});
+    for (std::uint32_t i = 0; i < n; ++i) order_[start[key[i]]++] = i;
+}
+
+// Comparison sort by (target, file, offset, index) into order_, and the groups it finds.
+void Planner::group_by_comparison() {
+    const std::size_t n = model_.tensors.size();
+    std::iota(order_.begin(), order_.end(), 0u);
+    std::sort(order_.begin(), order_.end(), [&](std::uint32_t a, std::uint32_t b) {
+        const TensorDesc& x = model_.tensors[a];
+        const TensorDesc& y = model_.tensors[b];
+        if (x.target != y.target) return x.target < y.target;
+        if (x.file != y.file) return x.file < y.file;
+        return x.offset != y.offset ? x.offset < y.offset : a < b;
+    });
+    for (std::uint32_t k = 0; k < n;) {
+        const TensorDesc& head = model_.tensors[order_[k]];
+        std::uint32_t j = k + 1;
+        while (j < n && model_.tensors[order_[j]].target == head.target &&
+               model_.tensors[order_[j]].file == head.file)
+            ++j;
+        groups_.push_back({k, j, head.target, head.file});
+        k = j;
+    }
+}
+
+// Puts group `g` in (offset, index) order; offset_ and end_ follow order_.
+void Planner::sort_group(const Group& g) {
+    bool sorted = true;
+    for (std::uint32_t k = g.begin + 1; k < g.end && sorted; ++k)
+        sorted = offset_[k - 1] <= offset_[k];
+    if (!sorted) sort_group_by_offset(g);
+    else order_equal_offsets(g);
+}
+
+void Planner::sort_group_by_offset(const Group& g) {
+    struct Entry {
+        std::uint64_t offset;
+        std::uint32_t index;
+    };
+    std::vector<Entry> entries(g.end - g.begin);
+    for (std::uint32_t k = g.begin; k < g.end; ++k) entries[k - g.begin] = {offset_[k], order_[k]};
+    // Ties by index: the plan must not depend on the order tensors came in.
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+        return a.offset != b.offset ? a.offset < b.offset : a.index < b.index;
+    });
+    for (std::uint32_t k = g.begin; k < g.end; ++k) {
+        const Entry& e = entries[k - g.begin];
+        order_[k] = e.index;
+        offset_[k] = e.offset;
+        end_[k] = e.offset + model_.tensors[e.index].size;
+    }
+}
+
+// Equal offsets keep input order from the stable counting sort; put them in index order so the
+// plan does not depend on the input order.
+void Planner::order_equal_offsets(const Group& g) {
+    for (std::uint32_t k = g.begin + 1; k < g.end; ++k) {
+        if (offset_[k - 1] != offset_[k] || order_[k - 1] < order_[k]) continue;
+        std::uint32_t b = k - 1, e = k + 1;
+        while (b > g.begin && offset_[b - 1] == offset_[k]) --b;
+        while (e < g.end && offset_[e] == offset_[k]) ++e;
+        std::sort(order_.begin() + b, order_.begin() + e);
+        for (std::uint32_t q = b; q < e; ++q) end_[q] = offset_[q] + model_.tensors[order_[q]].size;
+        k = e - 1;
+    }
 }
 
 // A cluster is a maximal run of tensors whose aligned extents overlap: they share a page (or an
@@ -355,9 +422,6 @@ std::vector<Span> Planner::split_to_limit(std::uint32_t region, const std::vecto
     const std::uint64_t limit = w.max_import;
     std::vector<Span> out;
     out.reserve(pieces.size());
-    auto cut_cost = [&](std::uint32_t c) -> std::uint64_t {
-        return cluster_start_[c] ? 0 : std::min(size_at(c - 1), size_at(c));
-    };
     for (Span p : pieces) {
         if (limit == 0 || extent(w, p) <= limit) {
             out.push_back(p);
@@ -386,25 +450,37 @@ std::vector<Span> Planner::split_to_limit(std::uint32_t region, const std::vecto
                 out.push_back({i, k});
                 break;
             }
-            std::uint32_t best = k;
-            std::uint64_t best_cost = cut_cost(k);
-            reach = align_up_saturating(end_[i], w.align);
-            for (std::uint32_t c = i + 1; c < k; ++c) {
-                if (reach - base >= limit / 2) {
-                    const std::uint64_t cost = cut_cost(c);
-                    if (cost < best_cost || (cost == best_cost && best < c)) {
-                        best = c;
-                        best_cost = cost;
-                    }
-                }
-                reach = std::max(reach, align_up_saturating(end_[c], w.align));
-            }
-            out.push_back({i, best});
+            const std::uint32_t cut = cheapest_cut(w, i, k);
+            out.push_back({i, cut});
             ++w.limit_cuts;
-            i = best;
+            i = cut;
         }
     }
     return out;
+}
+
+// Where to end a piece that starts at tensor i when [i, k) is the most that fits the limit:
+// the cheapest cut in (i, k] among those that keep the piece at least half the limit, the
+// farthest on ties. A cut between clusters is free; inside one it costs the smaller neighbour.
+std::uint32_t Planner::cheapest_cut(const RegionWork& w, std::uint32_t i, std::uint32_t k) const {
+    auto cut_cost = [&](std::uint32_t c) -> std::uint64_t {
+        return cluster_start_[c] ? 0 : std::min(size_at(c - 1), size_at(c));
+    };
+    const std::uint64_t base = align_down(offset_[i], w.align);
+    std::uint32_t best = k;
+    std::uint64_t best_cost = cut_cost(k);
+    std::uint64_t reach = align_up_saturating(end_[i], w.align);
+    for (std::uint32_t c = i + 1; c < k; ++c) {
+        if (reach - base >= w.max_import / 2) {
+            const std::uint64_t cost = cut_cost(c);
+            if (cost < best_cost || (cost == best_cost && best < c)) {
+                best = c;
+                best_cost = cost;
+            }
+        }
+        reach = std::max(reach, align_up_saturating(end_[c], w.align));
+    }
+    return best;
 }
 
 // Merges units (clusters, or pieces cut by the size limit) into runs across gaps in ascending
@@ -419,9 +495,24 @@ std::vector<Span> Planner::split_to_limit(std::uint32_t region, const std::vecto
 // fewest tensor bytes fall back too. O(m log m) for m units.
 std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Span>& units,
                                       std::uint64_t threshold) {
+    if (units.empty()) return {};
+    std::size_t importable_groups = 0;
+    const std::vector<std::uint32_t> group_end =
+        merge_across_gaps(region, units, threshold, importable_groups);
+    std::vector<Span> runs = runs_from_groups(region, units, group_end, importable_groups);
+    if (runs.size() <= budget_) return runs;
+    return keep_within_budget(region, runs);
+}
+
+// The merge step of merge_runs(): returns group_end, where group_end[i] is the last unit of the
+// group that unit i starts (only read at a group's first unit), and the number of importable
+// groups.
+std::vector<std::uint32_t> Planner::merge_across_gaps(std::uint32_t region,
+                                                      const std::vector<Span>& units,
+                                                      std::uint64_t threshold,
+                                                      std::size_t& importable_groups) {
     RegionWork& w = work_[region];
     const std::size_t m = units.size();
-    if (m == 0) return {};
     std::vector<std::uint64_t> gap(m - 1);
     for (std::size_t j = 0; j + 1 < m; ++j) {
         const std::uint64_t a = stop(w, units[j]), b = start(w, units[j + 1]);
@@ -436,7 +527,7 @@ std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Sp
     std::vector<std::uint32_t> group_begin(m), group_end(m);
     std::iota(group_begin.begin(), group_begin.end(), 0u);
     std::iota(group_end.begin(), group_end.end(), 0u);
-    std::size_t importable_groups = 0;
+    importable_groups = 0;
     for (Span u : units) importable_groups += importable(u);
     for (std::uint32_t j : by_gap) {
         const bool below_threshold = gap[j] == 0 || gap[j] < threshold;
@@ -455,10 +546,16 @@ std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Sp
         group_begin[hi] = lo;
         ++(below_threshold ? w.threshold_merges : w.budget_merges);
     }
+    return group_end;
+}
 
+// The groups merge_across_gaps() formed, in file order; those that cannot be imported fall back.
+std::vector<Span> Planner::runs_from_groups(std::uint32_t region, const std::vector<Span>& units,
+                                            const std::vector<std::uint32_t>& group_end,
+                                            std::size_t importable_groups) {
     std::vector<Span> runs;
     runs.reserve(importable_groups);
-    for (std::uint32_t i = 0; i < m; i = group_end[i] + 1) {
+    for (std::uint32_t i = 0; i < units.size(); i = group_end[i] + 1) {
         const Span g{units[i].b, units[group_end[i]].e};
         if (importable(g)) {
             runs.push_back(g);
@@ -475,8 +572,13 @@ std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Sp
                                tightness_limit(ctx(g))));
         }
     }
-    if (runs.size() <= budget_) return runs;
+    return runs;
+}
 
+// More runs than the budget even after every merge: the budget's worth with the most tensor
+// bytes stay (ties: the earlier run), the others fall back.
+std::vector<Span> Planner::keep_within_budget(std::uint32_t region, const std::vector<Span>& runs) {
+    RegionWork& w = work_[region];
     std::vector<std::uint32_t> rank(runs.size());
     std::iota(rank.begin(), rank.end(), 0u);
     std::sort(rank.begin(), rank.end(), [&](std::uint32_t a, std::uint32_t b) {
@@ -576,117 +678,138 @@ void Planner::separate_shared_pages() {
                      w.runs.end());
 }
 
+// Walks one lane's runs in file order; each run that shares a page with the runs kept so far
+// loses its boundary tensors, or the last kept run loses its own (separate_pair()).
 void Planner::separate_lane(const RunRef* refs, std::size_t count) {
     std::vector<RunRef> kept; // disjoint, in file order; the last one reaches farthest
-    auto span_of = [&](const RunRef& ref) -> Span& { return work_[ref.region].runs[ref.run]; };
-    auto stop_of = [&](const RunRef& ref) { return stop(work_[ref.region], span_of(ref)); };
     for (std::size_t n = 0; n < count; ++n) {
         const RunRef& b = refs[n];
-        const RegionWork& wb = work_[b.region];
-        Span& B = span_of(b);
-        const std::uint64_t b_start = start(wb, B);
+        const std::uint64_t b_start = start(work_[b.region], span_of(b));
         if (kept.empty() || stop_of(kept.back()) <= b_start) {
             kept.push_back(b);
             continue;
         }
         // B overlaps the last kept import, and maybe more before it; only "one or more" matters
         // (counting them all would make interleaved spans quadratic).
-        const bool overlaps_one =
-            kept.size() < 2 || stop_of(kept[kept.size() - 2]) <= b_start;
+        const bool overlaps_one = kept.size() < 2 || stop_of(kept[kept.size() - 2]) <= b_start;
         const RunRef a = kept.back();
-        const RegionWork& wa = work_[a.region];
-        Span& A = span_of(a);
-        const std::uint64_t a_start = start(wa, A), a_stop = stop(wa, A);
-
-        // Leave out B's leading tensors: those whose aligned start lies below A's end.
-        const std::uint64_t bound = align_up_saturating(a_stop, wb.align);
-        const auto q = static_cast<std::uint32_t>(
-            std::lower_bound(offset_.begin() + B.b, offset_.begin() + B.e, bound) -
-            offset_.begin());
-        const Span b_drop{B.b, q}, b_rest{q, B.e};
-        const bool b_ok = importable(b_rest);
-        const std::uint64_t b_loss = b_ok ? ctx(b_drop) : ctx(B);
-
-        // Or A's trailing tensors, when A is the only import B overlaps: keep A's longest prefix
-        // whose aligned end stays at or below B's start.
-        bool use_a = false;
-        Span a_drop{A.e, A.e}, a_rest = A;
-        bool a_ok = false;
-        std::uint64_t a_loss = UINT64_MAX;
-        if (overlaps_one) {
-            const std::uint64_t limit_end = align_down(b_start, wa.align);
-            std::uint32_t lo = A.b, hi = A.e; // prefix [A.b, lo) fits, [A.b, hi) does not
-            while (hi - lo > 1) {
-                const std::uint32_t mid = lo + (hi - lo) / 2;
-                if (last({A.b, mid}) <= limit_end) lo = mid;
-                else hi = mid;
-            }
-            a_rest = {A.b, lo};
-            a_drop = {lo, A.e};
-            a_ok = importable(a_rest);
-            a_loss = a_ok ? ctx(a_drop) : ctx(A);
-            use_a = a_loss < b_loss;
-        }
-
-        const bool same_region = a.region == b.region;
-        // Within a region only a size-limit cut makes two runs share a page (runs are otherwise
-        // cut between clusters), so merging them back is never possible.
-        assert(!same_region || wa.max_import != 0);
-        auto shared_reason = [&](std::uint32_t other_region, std::uint64_t other_start,
-                                 std::uint64_t other_stop, std::uint64_t this_loss,
-                                 std::uint64_t other_loss) {
-            const TargetDesc& other = target_of(other_region);
-            return fmt::format(
-                "shares a page with import [{:#x}, {:#x}) of target '{}' in file {} (importer "
-                "'{}'): left out so that no page is imported twice; {}{}",
-                other_start, other_stop, other.name, file_name(other_region), importer_key(other),
-                overlaps_one ? fmt::format("leaving out this side loses {} bytes, the other side "
-                                           "{}", this_loss, other_loss)
-                             : fmt::format("the other side is several imports, so this side is "
-                                           "left out ({} bytes)", this_loss),
-                same_region ? fmt::format("; both imports serve this region and merging them "
-                                          "would pass the importer's maximum import size {}",
-                                          work_[other_region].max_import)
-                            : std::string());
-        };
-        auto drop = [&](const RunRef& loser, Span& run, Span dropped, Span rest, bool rest_ok,
-                        const std::string& reason) {
-            RegionWork& wl = work_[loser.region];
-            refuse(loser.region, dropped, reason);
-            wl.shared_dropped_tensors += dropped.e - dropped.b;
-            wl.shared_dropped_bytes += ctx(dropped);
-            if (rest_ok) {
-                run = rest;
-                return;
-            }
-            if (!rest.empty())
-                refuse(loser.region, rest,
-                       fmt::format("its run lost the tensors that share a page with another "
-                                   "import of importer '{}', and the rest [{:#x}, {:#x}) with {} "
-                                   "bytes {}; the run falls back",
-                                   importer_key(target_of(loser.region)), first(rest), last(rest),
-                                   ctx(rest),
-                                   ctx(rest) == 0 ? "holds no tensor bytes"
-                                                  : fmt::format("no longer passes the gate "
-                                                                "(limit {})",
-                                                                tightness_limit(ctx(rest)))));
-            run = {run.e, run.e};
-        };
-        if (use_a) {
-            drop(a, A, a_drop, a_rest, a_ok,
-                 shared_reason(b.region, b_start, stop(wb, B), a_loss, b_loss));
-            if (A.empty()) kept.pop_back();
+        if (separate_pair(a, b, overlaps_one)) {
+            if (span_of(a).empty()) kept.pop_back();
             kept.push_back(b);
-        } else {
-            drop(b, B, b_drop, b_rest, b_ok, shared_reason(a.region, a_start, a_stop, b_loss, a_loss));
-            if (!B.empty()) kept.push_back(b);
+        } else if (!span_of(b).empty()) {
+            kept.push_back(b);
         }
     }
 }
 
+// Run B overlaps the kept run A (and more kept runs unless `overlaps_one`). Leaves out B's
+// leading tensors or, when A is the only import B overlaps, A's trailing ones: the side that
+// loses fewer bytes. Returns true when A lost.
+bool Planner::separate_pair(const RunRef& a, const RunRef& b, bool overlaps_one) {
+    const RegionWork& wa = work_[a.region];
+    const RegionWork& wb = work_[b.region];
+    const Span A = span_of(a), B = span_of(b);
+    // Within a region only a size-limit cut makes two runs share a page (runs are otherwise
+    // cut between clusters), so merging them back is never possible.
+    assert(a.region != b.region || wa.max_import != 0);
+    const Cut b_cut = cut_leading(wb, B, stop(wa, A));
+    Cut a_cut; // never the cheaper side unless computed
+    if (overlaps_one) a_cut = cut_trailing(wa, A, start(wb, B));
+    const bool use_a = a_cut.loss < b_cut.loss;
+    if (use_a) drop_shared(a, a_cut, shared_reason(a, b, a_cut.loss, b_cut.loss, overlaps_one));
+    else drop_shared(b, b_cut, shared_reason(b, a, b_cut.loss, a_cut.loss, overlaps_one));
+    return use_a;
+}
+
+// Leave out the run's leading tensors: those whose aligned start lies below `bound_below` (the
+// other import's end).
+Planner::Cut Planner::cut_leading(const RegionWork& w, Span run, std::uint64_t bound_below) const {
+    const std::uint64_t bound = align_up_saturating(bound_below, w.align);
+    const auto q = static_cast<std::uint32_t>(
+        std::lower_bound(offset_.begin() + run.b, offset_.begin() + run.e, bound) -
+        offset_.begin());
+    Cut cut{{run.b, q}, {q, run.e}};
+    cut.rest_ok = importable(cut.rest);
+    cut.loss = cut.rest_ok ? ctx(cut.drop) : ctx(run);
+    return cut;
+}
+
+// Leave out the run's trailing tensors: keep its longest prefix whose aligned end stays at or
+// below `bound_above` (the other import's start).
+Planner::Cut Planner::cut_trailing(const RegionWork& w, Span run, std::uint64_t bound_above) const {
+    const std::uint64_t limit_end = align_down(bound_above, w.align);
+    std::uint32_t lo = run.b, hi = run.e; // prefix [run.b, lo) fits, [run.b, hi) does not
+    while (hi - lo > 1) {
+        const std::uint32_t mid = lo + (hi - lo) / 2;
+        if (last({run.b, mid}) <= limit_end) lo = mid;
+        else hi = mid;
+    }
+    Cut cut{{lo, run.e}, {run.b, lo}};
+    cut.rest_ok = importable(cut.rest);
+    cut.loss = cut.rest_ok ? ctx(cut.drop) : ctx(run);
+    return cut;
+}
+
+// The reason of each tensor `loser` leaves out because it shares a page with `other`.
+std::string Planner::shared_reason(const RunRef& loser, const RunRef& other,
+                                   std::uint64_t this_loss, std::uint64_t other_loss,
+                                   bool overlaps_one) const {
+    const RegionWork& wo = work_[other.region];
+    const Span o = wo.runs[other.run];
+    const TargetDesc& target = target_of(other.region);
+    return fmt::format(
+        "shares a page with import [{:#x}, {:#x}) of target '{}' in file {} (importer "
+        "'{}'): left out so that no page is imported twice; {}{}",
+        start(wo, o), stop(wo, o), target.name, file_name(other.region), importer_key(target),
+        overlaps_one ? fmt::format("leaving out this side loses {} bytes, the other side "
+                                   "{}", this_loss, other_loss)
+                     : fmt::format("the other side is several imports, so this side is "
+                                   "left out ({} bytes)", this_loss),
+        loser.region == other.region
+            ? fmt::format("; both imports serve this region and merging them "
+                          "would pass the importer's maximum import size {}",
+                          wo.max_import)
+            : std::string());
+}
+
+// `loser` leaves out `cut.drop`, and the rest too when it would no longer be importable.
+void Planner::drop_shared(const RunRef& loser, const Cut& cut, const std::string& reason) {
+    RegionWork& wl = work_[loser.region];
+    Span& run = span_of(loser);
+    refuse(loser.region, cut.drop, reason);
+    wl.shared_dropped_tensors += cut.drop.e - cut.drop.b;
+    wl.shared_dropped_bytes += ctx(cut.drop);
+    if (cut.rest_ok) {
+        run = cut.rest;
+        return;
+    }
+    const Span rest = cut.rest;
+    if (!rest.empty())
+        refuse(loser.region, rest,
+               fmt::format("its run lost the tensors that share a page with another "
+                           "import of importer '{}', and the rest [{:#x}, {:#x}) with {} "
+                           "bytes {}; the run falls back",
+                           importer_key(target_of(loser.region)), first(rest), last(rest),
+                           ctx(rest),
+                           ctx(rest) == 0 ? "holds no tensor bytes"
+                                          : fmt::format("no longer passes the gate "
+                                                        "(limit {})",
+                                                        tightness_limit(ctx(rest)))));
+    run = {run.e, run.e};
+}
+
+// Turns the region's working state into its PlanRegion: tensors, runs, decision and reason.
 void Planner::finish_region(std::uint32_t r) {
     PlanRegion& region = plan_.regions[r];
-    RegionWork& w = work_[r];
+    emit_runs(r);
+    region.decision = region.runs.empty() ? Decision::fallback : Decision::import;
+    region.reason = region_reason(r);
+}
+
+// The region's tensors and runs, and the placement of every tensor in a run.
+void Planner::emit_runs(std::uint32_t r) {
+    PlanRegion& region = plan_.regions[r];
+    const RegionWork& w = work_[r];
     region.tensors.assign(order_.begin() + w.begin, order_.begin() + w.end);
     for (std::uint32_t k = w.begin; k < w.end; ++k) plan_.tensors[order_[k]].region = r;
     region.runs.reserve(w.runs.size());
@@ -707,24 +830,28 @@ void Planner::finish_region(std::uint32_t r) {
         }
         region.runs.push_back(std::move(run));
     }
-    region.decision = region.runs.empty() ? Decision::fallback : Decision::import;
-    if (w.whole_fallback) {
-        region.reason = std::move(w.base_reason);
-        return;
-    }
-    if (region.runs.empty()) {
-        region.reason = w.first_refused == none
-                            ? std::move(w.base_reason)
-                            : fmt::format("{}; nothing imported: {}", w.base_reason,
-                                          plan_.tensors[order_[w.first_refused]].reason);
-        return;
-    }
-    if (model_.targets[region.target].caps.is_cpu) {
-        region.reason = std::move(w.base_reason);
-        return;
-    }
+}
+
+// The base reason, and for a device region that imports, what shaped its imports. Consumes
+// the base reason.
+std::string Planner::region_reason(std::uint32_t r) {
+    const PlanRegion& region = plan_.regions[r];
+    RegionWork& w = work_[r];
+    if (w.whole_fallback) return std::move(w.base_reason);
+    if (region.runs.empty())
+        return w.first_refused == none
+                   ? std::move(w.base_reason)
+                   : fmt::format("{}; nothing imported: {}", w.base_reason,
+                                 plan_.tensors[order_[w.first_refused]].reason);
+    if (model_.targets[region.target].caps.is_cpu) return std::move(w.base_reason);
     std::string reason = fmt::format("{}; {} import{}", w.base_reason, region.runs.size(),
                                      region.runs.size() == 1 ? "" : "s");
+    append_import_details(r, reason);
+    return reason;
+}
+
+void Planner::append_import_details(std::uint32_t r, std::string& reason) const {
+    const RegionWork& w = work_[r];
     if (w.clusters != 0)
         reason += fmt::format("; from {} page-disjoint clusters, {} merged across gaps < {} bytes",
                               w.clusters, w.threshold_merges, options_.merge_gap);
@@ -749,20 +876,27 @@ void Planner::finish_region(std::uint32_t r) {
                               "another import of importer '{}' (not merged: an import serves one "
                               "target, and within a region only a size-limit cut shares a page)",
                               w.shared_dropped_tensors, w.shared_dropped_bytes,
-                              importer_key(model_.targets[region.target]));
+                              importer_key(target_of(r)));
     if (w.refused_tensors != 0)
         reason += fmt::format("; {} tensor(s) ({} bytes) fall back in all, each with its reason",
                               w.refused_tensors, w.refused_bytes);
-    region.reason = std::move(reason);
 }
 
 Plan Planner::run(bool enabled, const std::string& disabled_reason) {
-    const std::size_t n = model_.tensors.size();
     plan_.mode = options_.mode;
     plan_.page_size = page_;
-    plan_.tensors.resize(n);
+    plan_.tensors.resize(model_.tensors.size());
     sort_tensors();
+    add_regions();
+    for (std::uint32_t r = 0; r < work_.size(); ++r) plan_region(r, enabled, disabled_reason);
+    separate_shared_pages();
+    for (std::uint32_t r = 0; r < work_.size(); ++r) finish_region(r);
+    add_totals();
+    return std::move(plan_);
+}
 
+// One region per (target, file) group, with what planning it needs from its target.
+void Planner::add_regions() {
     std::map<std::string_view, std::uint32_t> importer_ids;
     for (const TargetDesc& t : model_.targets)
         importer_ids.emplace(importer_key(t), static_cast<std::uint32_t>(importer_ids.size()));
@@ -790,59 +924,72 @@ Plan Planner::run(bool enabled, const std::string& disabled_reason) {
         plan_.regions.push_back(std::move(region));
         work_.push_back(std::move(w));
     }
+}
 
-    for (std::uint32_t r = 0; r < work_.size(); ++r) {
-        const PlanRegion& region = plan_.regions[r];
-        RegionWork& w = work_[r];
-        const Span whole{w.begin, w.end};
-        if (model_.targets[region.target].caps.is_cpu) {
-            // Passthrough pins nothing, so the span is always fine.
-            w.runs = {whole};
-            w.base_reason = "CPU passthrough";
-            continue;
-        }
-        if (!enabled || region.ctx_bytes == 0 ||
-            (options_.mode == PlanMode::gate && !region.gate)) {
-            w.whole_fallback = true;
-            w.base_reason = !enabled                ? disabled_reason
-                            : region.ctx_bytes == 0 ? std::string("region holds no tensor bytes")
-                                                    : describe_gate_failure(region.first,
-                                                                            region.last,
-                                                                            region.ctx_bytes);
-            refuse(r, whole, w.base_reason);
-            continue;
-        }
-        if (region.gate)
-            w.base_reason = fmt::format("tight: passes the gate (span {} bytes for {} bytes of its "
-                                        "own tensors, limit {})",
-                                        region.last - region.first, region.ctx_bytes,
-                                        tightness_limit(region.ctx_bytes));
-        else if (options_.mode == PlanMode::span)
-            w.base_reason = fmt::format("span mode: the whole span is imported without the gate "
-                                        "({})",
-                                        describe_gate_failure(region.first, region.last,
-                                                              region.ctx_bytes));
-        else
-            w.base_reason = fmt::format("not tight ({}); imported as tight runs of its own tensors",
-                                        describe_gate_failure(region.first, region.last,
-                                                              region.ctx_bytes));
-        plan_device_region(r);
+// Decides how region r is served: passthrough, whole fallback, or planned runs.
+void Planner::plan_region(std::uint32_t r, bool enabled, const std::string& disabled_reason) {
+    const PlanRegion& region = plan_.regions[r];
+    RegionWork& w = work_[r];
+    const Span whole{w.begin, w.end};
+    if (model_.targets[region.target].caps.is_cpu) {
+        // Passthrough pins nothing, so the span is always fine.
+        w.runs = {whole};
+        w.base_reason = "CPU passthrough";
+        return;
     }
+    const ImporterCaps& caps = model_.targets[region.target].caps;
+    if (!enabled || caps.refuses_file_pages || region.ctx_bytes == 0 ||
+        (options_.mode == PlanMode::gate && !region.gate)) {
+        w.whole_fallback = true;
+        w.base_reason = whole_fallback_reason(region, enabled, disabled_reason);
+        refuse(r, whole, w.base_reason);
+        return;
+    }
+    w.base_reason = import_reason(region);
+    plan_device_region(r);
+}
 
-    separate_shared_pages();
-    for (std::uint32_t r = 0; r < work_.size(); ++r) finish_region(r);
-    // What compute_totals() finds tensor by tensor, from the runs (no pass over every tensor).
+// Why a device region falls back whole, before any run is planned.
+std::string Planner::whole_fallback_reason(const PlanRegion& region, bool enabled,
+                                           const std::string& disabled_reason) const {
+    if (!enabled) return disabled_reason;
+    const ImporterCaps& caps = model_.targets[region.target].caps;
+    // The importer's own probe found that its driver refuses file-backed pages (RADV), so no
+    // import of the mapping can work: say so now rather than fail every import later.
+    if (caps.refuses_file_pages)
+        return caps.file_pages_note.empty()
+                   ? std::string("the importer refuses pages of a file mapping")
+                   : caps.file_pages_note;
+    if (region.ctx_bytes == 0) return "region holds no tensor bytes";
+    return describe_gate_failure(region.first, region.last, region.ctx_bytes);
+}
+
+// Why a device region is imported, before planning adds what shaped its imports.
+std::string Planner::import_reason(const PlanRegion& region) const {
+    if (region.gate)
+        return fmt::format("tight: passes the gate (span {} bytes for {} bytes of its own "
+                           "tensors, limit {})",
+                           region.last - region.first, region.ctx_bytes,
+                           tightness_limit(region.ctx_bytes));
+    const std::string failure = describe_gate_failure(region.first, region.last, region.ctx_bytes);
+    if (options_.mode == PlanMode::span)
+        return fmt::format("span mode: the whole span is imported without the gate ({})", failure);
+    return fmt::format("not tight ({}); imported as tight runs of its own tensors", failure);
+}
+
+// What compute_totals() finds tensor by tensor, from the runs (no pass over every tensor).
+void Planner::add_totals() {
+    PlanTotals& totals = plan_.totals;
     for (const PlanRegion& region : plan_.regions) {
         if (model_.targets[region.target].caps.is_cpu) continue;
-        plan_.totals.device_bytes += region.ctx_bytes;
+        totals.device_bytes += region.ctx_bytes;
         for (const PlanRun& run : region.runs) {
-            plan_.totals.imported_bytes += run.ctx_bytes;
-            plan_.totals.pinned_bytes += run.extent_size;
-            ++plan_.totals.imports;
+            totals.imported_bytes += run.ctx_bytes;
+            totals.pinned_bytes += run.extent_size;
+            ++totals.imports;
         }
     }
-    plan_.totals.fallback_bytes = plan_.totals.device_bytes - plan_.totals.imported_bytes;
-    return std::move(plan_);
+    totals.fallback_bytes = totals.device_bytes - totals.imported_bytes;
 }
 
 Status validate(const ModelDesc& model, std::uint64_t page) {
