@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "vk_result.hpp"
 
+#include <cstddef>
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace wm::vk {
@@ -52,6 +55,41 @@ std::string result_name(VkResult result) {
     }
     // clang-format on
     return fmt::format("VkResult({})", static_cast<int>(result));
+}
+
+std::string driver_id_name(VkDriverId id) {
+    // By value, so headers older than the newest IDs still compile (the registry's numbering).
+    static constexpr const char* names[] = {
+        nullptr,
+        "VK_DRIVER_ID_AMD_PROPRIETARY",
+        "VK_DRIVER_ID_AMD_OPEN_SOURCE",
+        "VK_DRIVER_ID_MESA_RADV",
+        "VK_DRIVER_ID_NVIDIA_PROPRIETARY",
+        "VK_DRIVER_ID_INTEL_PROPRIETARY_WINDOWS",
+        "VK_DRIVER_ID_INTEL_OPEN_SOURCE_MESA",
+        "VK_DRIVER_ID_IMAGINATION_PROPRIETARY",
+        "VK_DRIVER_ID_QUALCOMM_PROPRIETARY",
+        "VK_DRIVER_ID_ARM_PROPRIETARY",
+        "VK_DRIVER_ID_GOOGLE_SWIFTSHADER",
+        "VK_DRIVER_ID_GGP_PROPRIETARY",
+        "VK_DRIVER_ID_BROADCOM_PROPRIETARY",
+        "VK_DRIVER_ID_MESA_LLVMPIPE",
+        "VK_DRIVER_ID_MOLTENVK",
+        "VK_DRIVER_ID_COREAVI_PROPRIETARY",
+        "VK_DRIVER_ID_JUICE_PROPRIETARY",
+        "VK_DRIVER_ID_VERISILICON_PROPRIETARY",
+        "VK_DRIVER_ID_MESA_TURNIP",
+        "VK_DRIVER_ID_MESA_V3DV",
+        "VK_DRIVER_ID_MESA_PANVK",
+        "VK_DRIVER_ID_SAMSUNG_PROPRIETARY",
+        "VK_DRIVER_ID_MESA_VENUS",
+        "VK_DRIVER_ID_MESA_DOZEN",
+        "VK_DRIVER_ID_MESA_NVK",
+        "VK_DRIVER_ID_IMAGINATION_OPEN_SOURCE_MESA",
+    };
+    const auto value = static_cast<std::size_t>(id);
+    if (value < std::size(names) && names[value] != nullptr) return names[value];
+    return fmt::format("VkDriverId({})", static_cast<int>(id));
 }
 
 } // namespace wm::vk

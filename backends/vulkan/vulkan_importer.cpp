@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/nothrow.hpp"
 #include "vk_result.hpp"
 #include "weightmap/planner.hpp"
 
@@ -37,86 +38,107 @@ VulkanImporter::VulkanImporter(const VulkanImporterParams& params,
 }
 
 void VulkanImporter::init(const VulkanImporterParams& params) {
-    PFN_vkGetInstanceProcAddr gipa = params.get_instance_proc_addr;
-    auto instance_fn = [&](const char* name) { return gipa(params.instance, name); };
+    unavailable_reason_ = initialise(params);
+    if (!unavailable_reason_.empty()) return;
+    // Measured on Mesa 22.3 lavapipe: an import of a writable MAP_SHARED mapping that is then
+    // mprotect()ed PROT_READ still reads back the file's bytes through vkCmdCopyBuffer
+    // (tests/vulkan/test_vulkan_read_only.cpp). Unmeasured drivers are not assumed to do the same.
+    survives_read_only_reprotect_ = facts_.driver_id == VK_DRIVER_ID_MESA_LLVMPIPE;
+    probe_file_pages();
+}
 
-    auto get_properties = reinterpret_cast<PFN_vkGetPhysicalDeviceProperties>(
-        instance_fn("vkGetPhysicalDeviceProperties"));
-    auto get_memory_properties = reinterpret_cast<PFN_vkGetPhysicalDeviceMemoryProperties>(
-        instance_fn("vkGetPhysicalDeviceMemoryProperties"));
-    auto enumerate_extensions = reinterpret_cast<PFN_vkEnumerateDeviceExtensionProperties>(
-        instance_fn("vkEnumerateDeviceExtensionProperties"));
-    auto get_properties2 = reinterpret_cast<PFN_vkGetPhysicalDeviceProperties2>(
-        instance_fn("vkGetPhysicalDeviceProperties2"));
-    if (get_properties2 == nullptr)
-        get_properties2 = reinterpret_cast<PFN_vkGetPhysicalDeviceProperties2>(
-            instance_fn("vkGetPhysicalDeviceProperties2KHR"));
+// The steps of init(), in order; the first that fails says why the importer is unavailable.
+std::string VulkanImporter::initialise(const VulkanImporterParams& params) {
+    InstanceFns fns;
+    if (std::string why = resolve_instance_fns(fns); !why.empty()) return why;
+    if (std::string why = read_properties(fns); !why.empty()) return why;
+    DeviceExtensions extensions;
+    if (std::string why = read_extensions(fns, extensions); !why.empty()) return why;
+    read_properties2(fns, extensions);
+    if (std::string why = check_host_import(params, extensions); !why.empty()) return why;
+    if (std::string why = resolve_device_fns(); !why.empty()) return why;
+    return set_import_limit();
+}
+
+std::string VulkanImporter::resolve_instance_fns(InstanceFns& fns) {
+    PFN_vkGetInstanceProcAddr gipa = params_.get_instance_proc_addr;
+    auto instance_fn = [&](auto& slot, const char* name) {
+        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(
+            gipa(params_.instance, name));
+    };
+    instance_fn(fns.get_properties, "vkGetPhysicalDeviceProperties");
+    instance_fn(fns.get_memory_properties, "vkGetPhysicalDeviceMemoryProperties");
+    instance_fn(fns.enumerate_extensions, "vkEnumerateDeviceExtensionProperties");
+    instance_fn(fns.get_properties2, "vkGetPhysicalDeviceProperties2");
+    if (fns.get_properties2 == nullptr)
+        instance_fn(fns.get_properties2, "vkGetPhysicalDeviceProperties2KHR");
     if (params_.get_device_proc_addr == nullptr)
-        params_.get_device_proc_addr =
-            reinterpret_cast<PFN_vkGetDeviceProcAddr>(instance_fn("vkGetDeviceProcAddr"));
+        instance_fn(params_.get_device_proc_addr, "vkGetDeviceProcAddr");
     for (auto [fn, name] :
-         {std::pair{reinterpret_cast<void*>(get_properties), "vkGetPhysicalDeviceProperties"},
-          {reinterpret_cast<void*>(get_memory_properties), "vkGetPhysicalDeviceMemoryProperties"},
-          {reinterpret_cast<void*>(enumerate_extensions), "vkEnumerateDeviceExtensionProperties"},
+         {std::pair{reinterpret_cast<void*>(fns.get_properties), "vkGetPhysicalDeviceProperties"},
+          {reinterpret_cast<void*>(fns.get_memory_properties),
+           "vkGetPhysicalDeviceMemoryProperties"},
+          {reinterpret_cast<void*>(fns.enumerate_extensions),
+           "vkEnumerateDeviceExtensionProperties"},
           {reinterpret_cast<void*>(params_.get_device_proc_addr), "vkGetDeviceProcAddr"}}) {
-        if (fn == nullptr) {
-            unavailable_reason_ = fmt::format("vkGetInstanceProcAddr returned null for {}", name);
-            return;
-        }
+        if (fn == nullptr) return fmt::format("vkGetInstanceProcAddr returned null for {}", name);
     }
-    if (get_properties2 == nullptr) {
-        unavailable_reason_ =
-            "vkGetInstanceProcAddr returned null for vkGetPhysicalDeviceProperties2 "
-            "and its KHR alias: minImportedHostPointerAlignment cannot be queried "
-            "(the instance needs Vulkan 1.1 or VK_KHR_get_physical_device_properties2)";
-        return;
-    }
+    if (fns.get_properties2 == nullptr)
+        return "vkGetInstanceProcAddr returned null for vkGetPhysicalDeviceProperties2 "
+               "and its KHR alias: minImportedHostPointerAlignment cannot be queried "
+               "(the instance needs Vulkan 1.1 or VK_KHR_get_physical_device_properties2)";
+    return {};
+}
 
+// The Vulkan 1.0 properties and memory types, into facts_.
+std::string VulkanImporter::read_properties(const InstanceFns& fns) {
     VkPhysicalDeviceProperties properties{};
-    get_properties(params.physical_device, &properties);
+    fns.get_properties(params_.physical_device, &properties);
     facts_.device_name = properties.deviceName;
     facts_.api_version = properties.apiVersion;
     facts_.max_storage_buffer_range = properties.limits.maxStorageBufferRange;
-    get_memory_properties(params.physical_device, &memory_properties_);
+    fns.get_memory_properties(params_.physical_device, &memory_properties_);
     facts_.memory_type_count = memory_properties_.memoryTypeCount;
     for (std::uint32_t i = 0; i < memory_properties_.memoryTypeCount; ++i) {
         facts_.memory_type_flags[i] = memory_properties_.memoryTypes[i].propertyFlags;
         facts_.memory_type_heap_size[i] =
             memory_properties_.memoryHeaps[memory_properties_.memoryTypes[i].heapIndex].size;
     }
-    if (properties.apiVersion < VK_API_VERSION_1_1) {
-        unavailable_reason_ =
-            fmt::format("physical device '{}' is Vulkan {}; the importer needs 1.1 "
-                        "(external memory is core there)",
-                        facts_.device_name, version_string(properties.apiVersion));
-        return;
-    }
+    if (properties.apiVersion < VK_API_VERSION_1_1)
+        return fmt::format("physical device '{}' is Vulkan {}; the importer needs 1.1 "
+                           "(external memory is core there)",
+                           facts_.device_name, version_string(properties.apiVersion));
+    return {};
+}
 
+std::string VulkanImporter::read_extensions(const InstanceFns& fns,
+                                            DeviceExtensions& extensions) {
     std::uint32_t count = 0;
-    std::vector<VkExtensionProperties> extensions;
-    VkResult r = enumerate_extensions(params.physical_device, nullptr, &count, nullptr);
+    std::vector<VkExtensionProperties> listed;
+    VkResult r = fns.enumerate_extensions(params_.physical_device, nullptr, &count, nullptr);
     if (r == VK_SUCCESS) {
-        extensions.resize(count);
-        r = enumerate_extensions(params.physical_device, nullptr, &count, extensions.data());
-        extensions.resize(count);
+        listed.resize(count);
+        r = fns.enumerate_extensions(params_.physical_device, nullptr, &count, listed.data());
+        listed.resize(count);
     }
-    if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
-        unavailable_reason_ = fmt::format("vkEnumerateDeviceExtensionProperties on '{}' failed: {}",
-                                          facts_.device_name, result_name(r));
-        return;
-    }
-    auto has_extension = [&](const char* name) {
-        return std::any_of(extensions.begin(), extensions.end(),
-                           [&](const VkExtensionProperties& e) {
-                               return std::strcmp(e.extensionName, name) == 0;
-                           });
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return fmt::format("vkEnumerateDeviceExtensionProperties on '{}' failed: {}",
+                           facts_.device_name, result_name(r));
+    auto has = [&](const char* name) {
+        return std::any_of(listed.begin(), listed.end(), [&](const VkExtensionProperties& e) {
+            return std::strcmp(e.extensionName, name) == 0;
+        });
     };
-    const bool host_supported = has_extension(extension_name);
-    const bool driver_properties = properties.apiVersion >= VK_API_VERSION_1_2 ||
-                                   has_extension(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
-    const bool maintenance4 = properties.apiVersion >= VK_API_VERSION_1_3 ||
-                              has_extension(VK_KHR_MAINTENANCE_4_EXTENSION_NAME);
+    extensions.external_memory_host = has(extension_name);
+    extensions.driver_properties = facts_.api_version >= VK_API_VERSION_1_2 ||
+                                   has(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+    extensions.maintenance4 =
+        facts_.api_version >= VK_API_VERSION_1_3 || has(VK_KHR_MAINTENANCE_4_EXTENSION_NAME);
+    return {};
+}
 
+// The limits and identity behind vkGetPhysicalDeviceProperties2, into facts_ and driver_name_.
+void VulkanImporter::read_properties2(const InstanceFns& fns, const DeviceExtensions& extensions) {
     // Chain only structures the device knows: an unknown sType in pNext is invalid usage.
     VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_properties{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT, nullptr, 0};
@@ -129,60 +151,58 @@ void VulkanImporter::init(const VulkanImporterParams& params) {
     VkPhysicalDeviceProperties2 properties2{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, &maintenance3_properties, {}};
     void** tail = &maintenance3_properties.pNext;
-    if (host_supported) {
+    if (extensions.external_memory_host) {
         *tail = &host_properties;
         tail = &host_properties.pNext;
     }
-    if (maintenance4) {
+    if (extensions.maintenance4) {
         *tail = &maintenance4_properties;
         tail = &maintenance4_properties.pNext;
     }
-    if (driver_properties) *tail = &driver;
-    get_properties2(params.physical_device, &properties2);
+    if (extensions.driver_properties) *tail = &driver;
+    fns.get_properties2(params_.physical_device, &properties2);
     facts_.max_memory_allocation_size = maintenance3_properties.maxMemoryAllocationSize;
-    facts_.max_buffer_size = maintenance4 ? maintenance4_properties.maxBufferSize : 0;
-    facts_.driver_id = driver_properties ? driver.driverID : static_cast<VkDriverId>(0);
+    facts_.max_buffer_size = extensions.maintenance4 ? maintenance4_properties.maxBufferSize : 0;
+    facts_.driver_id = extensions.driver_properties ? driver.driverID : static_cast<VkDriverId>(0);
+    if (extensions.driver_properties)
+        driver_name_.assign(driver.driverName, strnlen(driver.driverName, sizeof driver.driverName));
     facts_.min_imported_host_pointer_alignment = host_properties.minImportedHostPointerAlignment;
     facts_read_ = true;
+}
 
-    if (!host_supported) {
-        unavailable_reason_ = fmt::format("physical device '{}' does not support {}",
-                                          facts_.device_name, extension_name);
-        return;
-    }
-    if (!params.external_memory_host_enabled) {
-        unavailable_reason_ = fmt::format("{} was not enabled at vkCreateDevice on '{}' "
-                                          "(VulkanImporterParams::external_memory_host_enabled is "
-                                          "false)",
-                                          extension_name, facts_.device_name);
-        return;
-    }
+// The extension is there, enabled, and its alignment usable; sets alignment_.
+std::string VulkanImporter::check_host_import(const VulkanImporterParams& params,
+                                              const DeviceExtensions& extensions) {
+    if (!extensions.external_memory_host)
+        return fmt::format("physical device '{}' does not support {}", facts_.device_name,
+                           extension_name);
+    if (!params.external_memory_host_enabled)
+        return fmt::format("{} was not enabled at vkCreateDevice on '{}' "
+                           "(VulkanImporterParams::external_memory_host_enabled is false)",
+                           extension_name, facts_.device_name);
     const std::uint64_t min_alignment = facts_.min_imported_host_pointer_alignment;
-    if (!is_power_of_two(min_alignment)) {
-        unavailable_reason_ = fmt::format("'{}' reports minImportedHostPointerAlignment {}, not a "
-                                          "power of two",
-                                          facts_.device_name, min_alignment);
-        return;
-    }
+    if (!is_power_of_two(min_alignment))
+        return fmt::format("'{}' reports minImportedHostPointerAlignment {}, not a power of two",
+                           facts_.device_name, min_alignment);
     alignment_ = std::max<std::uint64_t>(min_alignment, host_page_size());
+    return {};
+}
 
+std::string VulkanImporter::resolve_device_fns() {
     PFN_vkGetDeviceProcAddr gdpa = params_.get_device_proc_addr;
     std::string missing;
     auto device_fn = [&](auto& slot, const char* name) {
-        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(gdpa(params.device, name));
+        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(gdpa(params_.device, name));
         if (slot == nullptr) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", name);
     };
     device_fn(fns_.get_memory_host_pointer_properties, "vkGetMemoryHostPointerPropertiesEXT");
-    if (fns_.get_memory_host_pointer_properties == nullptr) {
-        // Measured on lavapipe: vkGetDeviceProcAddr returns null exactly when the device was
-        // created without the extension, whatever the engine claimed.
-        unavailable_reason_ =
-            fmt::format("vkGetDeviceProcAddr returned null for "
-                        "vkGetMemoryHostPointerPropertiesEXT: {} is not enabled on "
-                        "this VkDevice of '{}'",
-                        extension_name, facts_.device_name);
-        return;
-    }
+    // Measured on lavapipe: vkGetDeviceProcAddr returns null exactly when the device was
+    // created without the extension, whatever the engine claimed.
+    if (fns_.get_memory_host_pointer_properties == nullptr)
+        return fmt::format("vkGetDeviceProcAddr returned null for "
+                           "vkGetMemoryHostPointerPropertiesEXT: {} is not enabled on "
+                           "this VkDevice of '{}'",
+                           extension_name, facts_.device_name);
     missing.clear();
     device_fn(fns_.allocate_memory, "vkAllocateMemory");
     device_fn(fns_.free_memory, "vkFreeMemory");
@@ -206,20 +226,21 @@ void VulkanImporter::init(const VulkanImporterParams& params) {
     device_fn(fns_.destroy_fence, "vkDestroyFence");
     device_fn(fns_.reset_fences, "vkResetFences");
     device_fn(fns_.wait_for_fences, "vkWaitForFences");
-    if (!missing.empty()) {
-        unavailable_reason_ = fmt::format("vkGetDeviceProcAddr returned null for {}", missing);
-        return;
-    }
+    if (!missing.empty()) return fmt::format("vkGetDeviceProcAddr returned null for {}", missing);
+    return {};
+}
 
-    // The largest import: one allocation, and one buffer over it when the engine wants one.
+// The alignment and the largest import: one allocation, and one buffer over it when the engine
+// wants one.
+std::string VulkanImporter::set_import_limit() {
     max_import_size_ = facts_.max_memory_allocation_size;
     max_import_limit_ = "maxMemoryAllocationSize";
-    if ((params.buffer_usage & VK_BUFFER_USAGE_STORAGE_BUFFER_BIT) != 0 &&
+    if ((params_.buffer_usage & VK_BUFFER_USAGE_STORAGE_BUFFER_BIT) != 0 &&
         facts_.max_storage_buffer_range < max_import_size_) {
         max_import_size_ = facts_.max_storage_buffer_range;
         max_import_limit_ = "maxStorageBufferRange";
     }
-    if (params.buffer_usage != 0 && facts_.max_buffer_size != 0 &&
+    if (params_.buffer_usage != 0 && facts_.max_buffer_size != 0 &&
         facts_.max_buffer_size < max_import_size_) {
         max_import_size_ = facts_.max_buffer_size;
         max_import_limit_ = "maxBufferSize";
@@ -227,15 +248,10 @@ void VulkanImporter::init(const VulkanImporterParams& params) {
     // Aligned down so the planner never cuts an extent whose size is not a multiple of alignment
     // (NVIDIA-style limits such as 0xffffffff are not).
     max_import_size_ = align_down(max_import_size_, alignment_);
-    if (max_import_size_ == 0) {
-        unavailable_reason_ = fmt::format("'{}': {} is smaller than the import alignment {}",
-                                          facts_.device_name, max_import_limit_, alignment_);
-        return;
-    }
-    // Measured on Mesa 22.3 lavapipe: an import of a writable MAP_SHARED mapping that is then
-    // mprotect()ed PROT_READ still reads back the file's bytes through vkCmdCopyBuffer
-    // (tests/vulkan/test_vulkan_read_only.cpp). Unmeasured drivers are not assumed to do the same.
-    survives_read_only_reprotect_ = facts_.driver_id == VK_DRIVER_ID_MESA_LLVMPIPE;
+    if (max_import_size_ == 0)
+        return fmt::format("'{}': {} is smaller than the import alignment {}", facts_.device_name,
+                           max_import_limit_, alignment_);
+    return {};
 }
 
 VulkanImporter::~VulkanImporter() {
@@ -259,13 +275,19 @@ VulkanImporter::~VulkanImporter() {
         fns_.destroy_command_pool(params_.device, command_pool_, nullptr);
 }
 
-ImporterCaps VulkanImporter::caps() const noexcept {
+ImporterCaps VulkanImporter::caps() const {
     ImporterCaps caps;
+    // False: the driver known to pin host pointers for write (RADV, through libdrm's
+    // amdgpu_create_bo_from_user_mem) refuses file pages whatever their protection, which the
+    // file-page probe reports below; a writable mapping would gain nothing there and would let a
+    // stray device write reach the model file (docs/vulkan.md, "Drivers").
     caps.needs_writable_mapping = false;
     caps.alignment = alignment_ != 0 ? alignment_ : host_page_size();
     caps.max_import_size = max_import_size_;
     caps.is_cpu = false;
     caps.survives_read_only_reprotect = survives_read_only_reprotect_;
+    caps.refuses_file_pages = refuses_file_pages_;
+    caps.file_pages_note = file_pages_note_;
     return caps;
 }
 
@@ -368,6 +390,7 @@ Result<VkBuffer> VulkanImporter::create_buffer(std::uint64_t size, VkBufferUsage
 Result<ImportedBuffer> VulkanImporter::import(void* host_address, std::uint64_t size) {
     if (Status s = check_usable("import"); !s) return std::move(s).error();
     if (Status s = check_extent("import", host_address, size); !s) return std::move(s).error();
+    if (Status s = check_file_pages(host_address, size); !s) return std::move(s).error();
     const std::string where = fmt::format("{} +{:#x}", host_address, size);
 
     VkMemoryHostPointerPropertiesEXT pointer_properties{
@@ -384,26 +407,9 @@ Result<ImportedBuffer> VulkanImporter::import(void* host_address, std::uint64_t 
         if (buffer != VK_NULL_HANDLE) fns_.destroy_buffer(params_.device, buffer, nullptr);
     });
     if (params_.buffer_usage != 0) {
-        VkMemoryRequirements requirements{};
-        Result<VkBuffer> created =
-            create_buffer(size, params_.buffer_usage, true, requirements, "import " + where);
+        Result<VkBuffer> created = create_import_buffer(size, where, type_bits);
         if (!created) return std::move(created).error();
         buffer = created.value();
-        if (requirements.size > size)
-            return make_error(
-                ErrorKind::import_failed,
-                fmt::format("vulkan import {}: a buffer of {} bytes needs {} bytes of "
-                            "memory, more than the imported range",
-                            where, size, requirements.size));
-        type_bits &= requirements.memoryTypeBits;
-        if (type_bits == 0)
-            return make_error(
-                ErrorKind::import_failed,
-                fmt::format("vulkan import {}: no memory type is allowed both for the "
-                            "host pointer (memoryTypeBits {:#x}) and for a buffer of "
-                            "usage {:#x} (memoryTypeBits {:#x})",
-                            where, pointer_properties.memoryTypeBits, params_.buffer_usage,
-                            requirements.memoryTypeBits));
     }
     const int type = choose_memory_type(type_bits, params_.preferred_memory_flags);
     if (type < 0)
@@ -411,45 +417,79 @@ Result<ImportedBuffer> VulkanImporter::import(void* host_address, std::uint64_t 
                           fmt::format("vulkan import {}: vkGetMemoryHostPointerPropertiesEXT "
                                       "offers no memory type (memoryTypeBits {:#x})",
                                       where, pointer_properties.memoryTypeBits));
+    Result<VkDeviceMemory> memory =
+        import_memory(host_address, size, static_cast<std::uint32_t>(type), where);
+    if (!memory) return std::move(memory).error();
+    Undo free_memory([&] { fns_.free_memory(params_.device, memory.value(), nullptr); });
+    if (buffer != VK_NULL_HANDLE) {
+        if (VkResult r = fns_.bind_buffer_memory(params_.device, buffer, memory.value(), 0);
+            r != VK_SUCCESS)
+            return vk_error(r, "vkBindBufferMemory", "import " + where);
+    }
 
+    const Record record{buffer, size, static_cast<std::uint32_t>(type), /*imported=*/true,
+                        (params_.buffer_usage & VK_BUFFER_USAGE_TRANSFER_SRC_BIT) != 0};
+    ImportedBuffer result = remember(memory.value(), record, host_address);
+    free_memory.dismiss();
+    destroy_buffer.dismiss();
+    return result;
+}
+
+// The engine's VkBuffer over an import; narrows `type_bits` to the types it can be bound to.
+Result<VkBuffer> VulkanImporter::create_import_buffer(std::uint64_t size, const std::string& where,
+                                                      std::uint32_t& type_bits) {
+    VkMemoryRequirements requirements{};
+    Result<VkBuffer> created =
+        create_buffer(size, params_.buffer_usage, true, requirements, "import " + where);
+    if (!created) return created;
+    VkBuffer buffer = created.value();
+    Undo destroy([&] { fns_.destroy_buffer(params_.device, buffer, nullptr); });
+    if (requirements.size > size)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("vulkan import {}: a buffer of {} bytes needs {} bytes of "
+                                      "memory, more than the imported range",
+                                      where, size, requirements.size));
+    if ((type_bits & requirements.memoryTypeBits) == 0)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("vulkan import {}: no memory type is allowed both for the "
+                                      "host pointer (memoryTypeBits {:#x}) and for a buffer of "
+                                      "usage {:#x} (memoryTypeBits {:#x})",
+                                      where, type_bits, params_.buffer_usage,
+                                      requirements.memoryTypeBits));
+    type_bits &= requirements.memoryTypeBits;
+    destroy.dismiss();
+    return buffer;
+}
+
+Result<VkDeviceMemory> VulkanImporter::import_memory(void* host_address, std::uint64_t size,
+                                                     std::uint32_t type,
+                                                     const std::string& where) {
     VkImportMemoryHostPointerInfoEXT import_info{
         VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT, nullptr, host_handle_type,
         host_address};
     VkMemoryAllocateInfo allocate_info{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, &import_info, size,
-                                       static_cast<std::uint32_t>(type)};
+                                       type};
     VkDeviceMemory memory = VK_NULL_HANDLE;
     if (VkResult r = fns_.allocate_memory(params_.device, &allocate_info, nullptr, &memory);
         r != VK_SUCCESS)
         return vk_error(r, "vkAllocateMemory",
                         fmt::format("import {}, memory type {}", where, type));
-    Undo free_memory([&] { fns_.free_memory(params_.device, memory, nullptr); });
-    if (buffer != VK_NULL_HANDLE) {
-        if (VkResult r = fns_.bind_buffer_memory(params_.device, buffer, memory, 0);
-            r != VK_SUCCESS)
-            return vk_error(r, "vkBindBufferMemory", "import " + where);
-    }
+    return memory;
+}
 
-    Record record;
-    record.buffer = buffer;
-    record.size = size;
-    record.memory_type = static_cast<std::uint32_t>(type);
-    record.imported = true;
-    record.buffer_is_transfer_source =
-        (params_.buffer_usage & VK_BUFFER_USAGE_TRANSFER_SRC_BIT) != 0;
+ImportedBuffer VulkanImporter::remember(VkDeviceMemory memory, const Record& record,
+                                        void* host_address) {
     {
         std::lock_guard lock(mutex_);
         records_.emplace(memory, record);
     }
-    free_memory.dismiss();
-    destroy_buffer.dismiss();
-
     ImportedBuffer result;
-    result.host_address = host_address;
-    result.size = size;
+    result.host_address = host_address; // null for a copy: it lives in device memory
+    result.size = record.size;
     result.device_address = nullptr; // the device reaches it through the VkBuffer, not a pointer
     result.native_memory = handle_to_u64(memory);
-    result.native_buffer = handle_to_u64(buffer);
-    result.imported = true;
+    result.native_buffer = handle_to_u64(record.buffer);
+    result.imported = record.imported;
     return result;
 }
 
@@ -480,23 +520,26 @@ void VulkanImporter::destroy_record(VkDeviceMemory memory, const Record& record)
 }
 
 Status VulkanImporter::release(const ImportedBuffer& buffer) noexcept {
-    try {
-        Result<Record> record = find(buffer, true, "release");
+    return destroy_buffer(buffer, true, "release");
+}
+
+Status VulkanImporter::destroy_buffer(const ImportedBuffer& buffer, bool imported,
+                                      const char* operation) noexcept {
+    return internal::status_nothrow([&]() -> Status {
+        Result<Record> record = find(buffer, imported, operation);
         if (!record) return std::move(record).error();
         VkDeviceMemory memory = vulkan_memory(buffer);
         {
             std::lock_guard lock(mutex_);
             if (records_.erase(memory) == 0)
                 return make_error(ErrorKind::invalid_argument,
-                                  fmt::format("vulkan release: VkDeviceMemory {:#x} was released "
+                                  fmt::format("vulkan {}: VkDeviceMemory {:#x} was destroyed "
                                               "concurrently",
-                                              buffer.native_memory));
+                                              operation, buffer.native_memory));
         }
         destroy_record(memory, record.value());
         return {};
-    } catch (const std::exception& e) { // formatting can throw bad_alloc; release cannot
-        return make_error(ErrorKind::internal, fmt::format("vulkan release: {}", e.what()));
-    }
+    });
 }
 
 Result<VulkanImporterFacts> VulkanImporter::facts() const {

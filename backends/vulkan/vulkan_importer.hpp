@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,21 @@ struct DeviceFns {
     PFN_vkWaitForFences wait_for_fences = nullptr;
 };
 
+/// The physical-device queries init() makes, resolved through the engine's vkGetInstanceProcAddr.
+struct InstanceFns {
+    PFN_vkGetPhysicalDeviceProperties get_properties = nullptr;
+    PFN_vkGetPhysicalDeviceMemoryProperties get_memory_properties = nullptr;
+    PFN_vkEnumerateDeviceExtensionProperties enumerate_extensions = nullptr;
+    PFN_vkGetPhysicalDeviceProperties2 get_properties2 = nullptr; // or its KHR alias
+};
+
+/// What the physical device offers that init() chains into vkGetPhysicalDeviceProperties2.
+struct DeviceExtensions {
+    bool external_memory_host = false;
+    bool driver_properties = false; // Vulkan 1.2 or VK_KHR_driver_properties
+    bool maintenance4 = false;      // Vulkan 1.3 or VK_KHR_maintenance4
+};
+
 /// Vulkan objects a self-owned importer destroys after everything it made (declared first in
 /// VulkanImporter, so it is destroyed last).
 class OwnedVulkan {
@@ -89,7 +105,7 @@ public:
     VulkanImporter& operator=(const VulkanImporter&) = delete;
 
     std::string_view name() const noexcept override { return "vulkan"; }
-    ImporterCaps caps() const noexcept override;
+    ImporterCaps caps() const override; // copies file_pages_note_, so it may allocate
     Availability available() const override;
     Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override;
     Status release(const ImportedBuffer& buffer) noexcept override;
@@ -118,7 +134,30 @@ private:
         bool coherent = false;
     };
 
+    // init(): each step returns why the importer is unavailable, or an empty string.
     void init(const VulkanImporterParams& params);
+    std::string initialise(const VulkanImporterParams& params);
+    std::string resolve_instance_fns(InstanceFns& fns);
+    std::string read_properties(const InstanceFns& fns);
+    std::string read_extensions(const InstanceFns& fns, DeviceExtensions& extensions);
+    void read_properties2(const InstanceFns& fns, const DeviceExtensions& extensions);
+    std::string check_host_import(const VulkanImporterParams& params,
+                                  const DeviceExtensions& extensions);
+    std::string resolve_device_fns();
+    std::string set_import_limit();
+
+    // The file-page probe (vulkan_probe.cpp): imports one page of a memfd mapping at
+    // availability and records in refuses_file_pages_ / file_pages_note_ whether the driver
+    // takes file-backed pages.
+    void probe_file_pages();
+    // Imports, then frees, the probe's page; empty when the driver took it, else what failed.
+    std::string import_probe_page(void* page);
+    // "radv (VK_DRIVER_ID_MESA_RADV) on '<device>'", or "'<device>'" without driver properties.
+    std::string driver_label() const;
+    // import()'s early refusal of a file-backed range when the probe found the driver refuses
+    // file pages: no driver call is made for it.
+    Status check_file_pages(const void* host_address, std::uint64_t size) const;
+
     Status check_usable(std::string_view what) const;
     Status check_extent(std::string_view what, const void* host_address, std::uint64_t size) const;
     // Turns a failed VkResult into an Error naming the call, and remembers a lost device.
@@ -126,13 +165,47 @@ private:
     int choose_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags preferred) const;
     Result<VkBuffer> create_buffer(std::uint64_t size, VkBufferUsageFlags usage, bool external,
                                    VkMemoryRequirements& requirements, std::string_view what);
+    // import(): the VkBuffer over an import (narrowing `type_bits` to what it allows), and the
+    // imported VkDeviceMemory.
+    Result<VkBuffer> create_import_buffer(std::uint64_t size, const std::string& where,
+                                          std::uint32_t& type_bits);
+    Result<VkDeviceMemory> import_memory(void* host_address, std::uint64_t size,
+                                         std::uint32_t type, const std::string& where);
+    // Records a buffer made by import() or allocate_copy() and describes it to the caller.
+    ImportedBuffer remember(VkDeviceMemory memory, const Record& record, void* host_address);
+
     Result<Staging> create_staging(std::uint64_t size, VkBufferUsageFlags usage);
     void destroy_staging(Staging& staging) noexcept;
+    // One direction of a transfer through a staging buffer, in chunks of at most staging_chunk
+    // bytes: read_back() copies device -> host, allocate_copy() host -> device.
+    struct StagedCopy {
+        VkBuffer device_buffer = VK_NULL_HANDLE;
+        std::uint64_t device_offset = 0;
+        std::uint64_t size = 0;
+        std::byte* to_host = nullptr;           // set for device -> host
+        const std::byte* from_host = nullptr;   // set for host -> device
+        const char* what = "";                  // "read_back" / "allocate_copy", for messages
+    };
+    // Caller holds transfer_mutex_ and has made the transfer objects.
+    Status staged_copy(const StagedCopy& copy);
+    // read_back(): a transfer-source buffer over `record`'s memory (its own, or `alias`).
+    Result<VkBuffer> transfer_source(const ImportedBuffer& buffer, const Record& record,
+                                     VkBuffer& alias);
+    // allocate_copy(): the device buffer and memory of a copy, then its bytes.
+    Result<VkBuffer> create_copy_buffer(std::uint64_t size, VkMemoryRequirements& requirements);
+    Result<VkDeviceMemory> allocate_copy_memory(const VkMemoryRequirements& requirements,
+                                                int& type);
+    Status write_copy(VkBuffer buffer, VkDeviceMemory memory, int type, const void* src,
+                      std::uint64_t size);
     // Records, submits and waits for one vkCmdCopyBuffer. Caller holds transfer_mutex_.
     Status copy_and_wait(VkBuffer src, VkBuffer dst, const VkBufferCopy& region);
     Status ensure_transfer_objects();
     Result<Record> find(const ImportedBuffer& buffer, bool imported, std::string_view what) const;
     void destroy_record(VkDeviceMemory memory, const Record& record) noexcept;
+    // release() and free_copy(): forget the record of `buffer` (an import when `imported`) and
+    // destroy its Vulkan objects.
+    Status destroy_buffer(const ImportedBuffer& buffer, bool imported,
+                          const char* operation) noexcept;
 
     std::unique_ptr<OwnedVulkan> owned_; // destroyed last: the device must outlive the rest
 
@@ -146,6 +219,9 @@ private:
     std::uint64_t max_import_size_ = 0;
     std::string max_import_limit_; // which limit max_import_size_ comes from, for messages
     bool survives_read_only_reprotect_ = false;
+    std::string driver_name_; // VkPhysicalDeviceDriverProperties::driverName; empty if unknown
+    bool refuses_file_pages_ = false; // set once the probe saw the driver refuse file pages
+    std::string file_pages_note_;     // why, when refuses_file_pages_ is set
 
     std::atomic<bool> device_lost_{false};
     std::atomic<std::uint32_t> last_host_pointer_bits_{0};

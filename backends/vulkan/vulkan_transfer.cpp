@@ -2,6 +2,7 @@
 // The Vulkan importer's optional entries: read_back (verification) and allocate_copy/free_copy
 // (the copy control arm). Both move bytes with vkCmdCopyBuffer on the engine's queue.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -131,6 +132,46 @@ void VulkanImporter::destroy_staging(Staging& staging) noexcept {
     staging = Staging{};
 }
 
+Status VulkanImporter::staged_copy(const StagedCopy& copy) {
+    const bool to_host = copy.to_host != nullptr;
+    Result<Staging> staging =
+        create_staging(std::min(copy.size, staging_chunk),
+                       to_host ? VK_BUFFER_USAGE_TRANSFER_DST_BIT : VK_BUFFER_USAGE_TRANSFER_SRC_BIT);
+    if (!staging) return std::move(staging).error();
+    Undo destroy_staging_buffer([&] { destroy_staging(staging.value()); });
+    const std::string what = fmt::format("{} staging", copy.what);
+    VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, nullptr, staging->memory, 0,
+                              VK_WHOLE_SIZE};
+    for (std::uint64_t done = 0; done < copy.size;) {
+        const std::uint64_t n = std::min(copy.size - done, staging->size);
+        if (!to_host) {
+            std::memcpy(staging->mapped, copy.from_host + done, n);
+            if (!staging->coherent) {
+                if (VkResult r = fns_.flush_mapped_memory_ranges(params_.device, 1, &range);
+                    r != VK_SUCCESS)
+                    return vk_error(r, "vkFlushMappedMemoryRanges", what);
+            }
+        }
+        const std::uint64_t device_offset = copy.device_offset + done;
+        Status copied =
+            to_host ? copy_and_wait(copy.device_buffer, staging->buffer,
+                                    VkBufferCopy{device_offset, 0, n})
+                    : copy_and_wait(staging->buffer, copy.device_buffer,
+                                    VkBufferCopy{0, device_offset, n});
+        if (!copied) return copied;
+        if (to_host) {
+            if (!staging->coherent) {
+                if (VkResult r = fns_.invalidate_mapped_memory_ranges(params_.device, 1, &range);
+                    r != VK_SUCCESS)
+                    return vk_error(r, "vkInvalidateMappedMemoryRanges", what);
+            }
+            std::memcpy(copy.to_host + done, staging->mapped, n);
+        }
+        done += n;
+    }
+    return {};
+}
+
 Status VulkanImporter::read_back(const ImportedBuffer& buffer, std::uint64_t offset,
                                  std::uint64_t size, void* dst) {
     if (Status s = check_usable("read_back"); !s) return s;
@@ -151,56 +192,43 @@ Status VulkanImporter::read_back(const ImportedBuffer& buffer, std::uint64_t off
 
     std::lock_guard transfer_lock(transfer_mutex_);
     if (Status s = ensure_transfer_objects(); !s) return s;
-
-    // The copy must come from the device's view of the memory, so the source is a buffer bound
-    // to it: the importer's own when its usage allows transfers, else a temporary alias.
-    VkBuffer source = record.buffer_is_transfer_source ? record.buffer : VK_NULL_HANDLE;
     VkBuffer alias = VK_NULL_HANDLE;
     Undo destroy_alias([&] {
         if (alias != VK_NULL_HANDLE) fns_.destroy_buffer(params_.device, alias, nullptr);
     });
-    if (source == VK_NULL_HANDLE) {
-        VkMemoryRequirements requirements{};
-        Result<VkBuffer> created = create_buffer(record.size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-                                                 record.imported, requirements, "read_back alias");
-        if (!created) return std::move(created).error();
-        alias = created.value();
-        if ((requirements.memoryTypeBits & (1u << record.memory_type)) == 0 ||
-            requirements.size > record.size)
-            return make_error(ErrorKind::unsupported,
-                              fmt::format("vulkan read_back: a transfer-source buffer cannot alias "
-                                          "memory type {} of {} bytes (needs types {:#x}, {} "
-                                          "bytes)",
-                                          record.memory_type, record.size,
-                                          requirements.memoryTypeBits, requirements.size));
-        if (VkResult r = fns_.bind_buffer_memory(params_.device, alias, vulkan_memory(buffer), 0);
-            r != VK_SUCCESS)
-            return vk_error(r, "vkBindBufferMemory", "read_back alias");
-        source = alias;
-    }
+    Result<VkBuffer> source = transfer_source(buffer, record, alias);
+    if (!source) return std::move(source).error();
+    StagedCopy copy;
+    copy.device_buffer = source.value();
+    copy.device_offset = offset;
+    copy.size = size;
+    copy.to_host = static_cast<std::byte*>(dst);
+    copy.what = "read_back";
+    return staged_copy(copy);
+}
 
-    Result<Staging> staging =
-        create_staging(std::min(size, staging_chunk), VK_BUFFER_USAGE_TRANSFER_DST_BIT);
-    if (!staging) return std::move(staging).error();
-    Undo destroy_staging_buffer([&] { destroy_staging(staging.value()); });
-
-    auto* out = static_cast<std::byte*>(dst);
-    for (std::uint64_t done = 0; done < size;) {
-        const std::uint64_t n = std::min(size - done, staging->size);
-        if (Status s = copy_and_wait(source, staging->buffer, VkBufferCopy{offset + done, 0, n});
-            !s)
-            return s;
-        if (!staging->coherent) {
-            VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, nullptr,
-                                      staging->memory, 0, VK_WHOLE_SIZE};
-            if (VkResult r = fns_.invalidate_mapped_memory_ranges(params_.device, 1, &range);
-                r != VK_SUCCESS)
-                return vk_error(r, "vkInvalidateMappedMemoryRanges", "read_back staging");
-        }
-        std::memcpy(out + done, staging->mapped, n);
-        done += n;
-    }
-    return {};
+// The copy must come from the device's view of the memory, so the source is a buffer bound to
+// it: the importer's own when its usage allows transfers, else a temporary alias (left in
+// `alias` for the caller to destroy).
+Result<VkBuffer> VulkanImporter::transfer_source(const ImportedBuffer& buffer,
+                                                 const Record& record, VkBuffer& alias) {
+    if (record.buffer_is_transfer_source) return record.buffer;
+    VkMemoryRequirements requirements{};
+    Result<VkBuffer> created = create_buffer(record.size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+                                             record.imported, requirements, "read_back alias");
+    if (!created) return created;
+    alias = created.value();
+    if ((requirements.memoryTypeBits & (1u << record.memory_type)) == 0 ||
+        requirements.size > record.size)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("vulkan read_back: a transfer-source buffer cannot alias "
+                                      "memory type {} of {} bytes (needs types {:#x}, {} bytes)",
+                                      record.memory_type, record.size,
+                                      requirements.memoryTypeBits, requirements.size));
+    if (VkResult r = fns_.bind_buffer_memory(params_.device, alias, vulkan_memory(buffer), 0);
+        r != VK_SUCCESS)
+        return vk_error(r, "vkBindBufferMemory", "read_back alias");
+    return alias;
 }
 
 Result<ImportedBuffer> VulkanImporter::allocate_copy(const void* src, std::uint64_t size) {
@@ -220,12 +248,8 @@ Result<ImportedBuffer> VulkanImporter::allocate_copy(const void* src, std::uint6
                                       size, max_import_limit_, max_import_size_,
                                       facts_.device_name));
 
-    // The engine's usage plus the transfers this arm needs; the copy is a plain device buffer.
     VkMemoryRequirements requirements{};
-    Result<VkBuffer> created = create_buffer(
-        size,
-        params_.buffer_usage | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-        false, requirements, "allocate_copy");
+    Result<VkBuffer> created = create_copy_buffer(size, requirements);
     if (!created) return std::move(created).error();
     VkBuffer buffer = created.value();
     VkDeviceMemory memory = VK_NULL_HANDLE;
@@ -233,9 +257,33 @@ Result<ImportedBuffer> VulkanImporter::allocate_copy(const void* src, std::uint6
         fns_.destroy_buffer(params_.device, buffer, nullptr);
         if (memory != VK_NULL_HANDLE) fns_.free_memory(params_.device, memory, nullptr);
     });
+    int type = -1;
+    Result<VkDeviceMemory> allocated = allocate_copy_memory(requirements, type);
+    if (!allocated) return std::move(allocated).error();
+    memory = allocated.value();
+    if (VkResult r = fns_.bind_buffer_memory(params_.device, buffer, memory, 0); r != VK_SUCCESS)
+        return vk_error(r, "vkBindBufferMemory", "allocate_copy");
+    if (Status s = write_copy(buffer, memory, type, src, size); !s) return std::move(s).error();
 
-    const int type =
-        choose_memory_type(requirements.memoryTypeBits, params_.preferred_memory_flags);
+    const Record record{buffer, size, static_cast<std::uint32_t>(type), /*imported=*/false,
+                        /*buffer_is_transfer_source=*/true};
+    ImportedBuffer result = remember(memory, record, nullptr);
+    destroy_copy.dismiss();
+    return result;
+}
+
+// The engine's usage plus the transfers the copy arm needs; the copy is a plain device buffer.
+Result<VkBuffer> VulkanImporter::create_copy_buffer(std::uint64_t size,
+                                                    VkMemoryRequirements& requirements) {
+    return create_buffer(
+        size,
+        params_.buffer_usage | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+        false, requirements, "allocate_copy");
+}
+
+Result<VkDeviceMemory> VulkanImporter::allocate_copy_memory(
+    const VkMemoryRequirements& requirements, int& type) {
+    type = choose_memory_type(requirements.memoryTypeBits, params_.preferred_memory_flags);
     if (type < 0)
         return make_error(ErrorKind::unsupported,
                           fmt::format("vulkan allocate_copy: no memory type for a buffer "
@@ -243,20 +291,21 @@ Result<ImportedBuffer> VulkanImporter::allocate_copy(const void* src, std::uint6
                                       requirements.memoryTypeBits));
     VkMemoryAllocateInfo info{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, nullptr, requirements.size,
                               static_cast<std::uint32_t>(type)};
+    VkDeviceMemory memory = VK_NULL_HANDLE;
     if (VkResult r = fns_.allocate_memory(params_.device, &info, nullptr, &memory);
-        r != VK_SUCCESS) {
-        memory = VK_NULL_HANDLE;
+        r != VK_SUCCESS)
         return vk_error(
             r, "vkAllocateMemory",
             fmt::format("allocate_copy, {} bytes, memory type {}", requirements.size, type));
-    }
-    if (VkResult r = fns_.bind_buffer_memory(params_.device, buffer, memory, 0); r != VK_SUCCESS)
-        return vk_error(r, "vkBindBufferMemory", "allocate_copy");
+    return memory;
+}
 
+// The copy's bytes: written through a mapping when the memory type is host-visible (lavapipe's
+// only type is), as an engine would, else through staging buffers and the transfer queue.
+Status VulkanImporter::write_copy(VkBuffer buffer, VkDeviceMemory memory, int type,
+                                  const void* src, std::uint64_t size) {
     const VkMemoryPropertyFlags flags = memory_properties_.memoryTypes[type].propertyFlags;
     if ((flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0) {
-        // The chosen type is host-visible (lavapipe's only type is): write it directly, as an
-        // engine would.
         void* mapped = nullptr;
         if (VkResult r = fns_.map_memory(params_.device, memory, 0, VK_WHOLE_SIZE, 0, &mapped);
             r != VK_SUCCESS)
@@ -270,69 +319,20 @@ Result<ImportedBuffer> VulkanImporter::allocate_copy(const void* src, std::uint6
         }
         fns_.unmap_memory(params_.device, memory);
         if (r != VK_SUCCESS) return vk_error(r, "vkFlushMappedMemoryRanges", "allocate_copy");
-    } else {
-        std::lock_guard transfer_lock(transfer_mutex_);
-        if (Status s = ensure_transfer_objects(); !s) return std::move(s).error();
-        Result<Staging> staging =
-            create_staging(std::min(size, staging_chunk), VK_BUFFER_USAGE_TRANSFER_SRC_BIT);
-        if (!staging) return std::move(staging).error();
-        Undo destroy_staging_buffer([&] { destroy_staging(staging.value()); });
-        const auto* in = static_cast<const std::byte*>(src);
-        for (std::uint64_t done = 0; done < size;) {
-            const std::uint64_t n = std::min(size - done, staging->size);
-            std::memcpy(staging->mapped, in + done, n);
-            if (!staging->coherent) {
-                VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, nullptr,
-                                          staging->memory, 0, VK_WHOLE_SIZE};
-                if (VkResult r = fns_.flush_mapped_memory_ranges(params_.device, 1, &range);
-                    r != VK_SUCCESS)
-                    return vk_error(r, "vkFlushMappedMemoryRanges", "allocate_copy staging");
-            }
-            if (Status s = copy_and_wait(staging->buffer, buffer, VkBufferCopy{0, done, n}); !s)
-                return std::move(s).error();
-            done += n;
-        }
+        return {};
     }
-
-    Record record;
-    record.buffer = buffer;
-    record.size = size;
-    record.memory_type = static_cast<std::uint32_t>(type);
-    record.imported = false;
-    record.buffer_is_transfer_source = true;
-    {
-        std::lock_guard lock(mutex_);
-        records_.emplace(memory, record);
-    }
-    destroy_copy.dismiss();
-
-    ImportedBuffer result;
-    result.host_address = nullptr; // the copy lives in device memory, not in the mapping
-    result.size = size;
-    result.native_memory = handle_to_u64(memory);
-    result.native_buffer = handle_to_u64(buffer);
-    result.imported = false;
-    return result;
+    std::lock_guard transfer_lock(transfer_mutex_);
+    if (Status s = ensure_transfer_objects(); !s) return s;
+    StagedCopy copy;
+    copy.device_buffer = buffer;
+    copy.size = size;
+    copy.from_host = static_cast<const std::byte*>(src);
+    copy.what = "allocate_copy";
+    return staged_copy(copy);
 }
 
 Status VulkanImporter::free_copy(const ImportedBuffer& buffer) noexcept {
-    try {
-        Result<Record> record = find(buffer, false, "free_copy");
-        if (!record) return std::move(record).error();
-        VkDeviceMemory memory = vulkan_memory(buffer);
-        {
-            std::lock_guard lock(mutex_);
-            if (records_.erase(memory) == 0)
-                return make_error(ErrorKind::invalid_argument,
-                                  fmt::format("vulkan free_copy: VkDeviceMemory {:#x} was freed "
-                                              "concurrently",
-                                              buffer.native_memory));
-        }
-        destroy_record(memory, record.value());
-        return {};
-    } catch (const std::exception& e) {
-        return make_error(ErrorKind::internal, fmt::format("vulkan free_copy: {}", e.what()));
-    }
+    return destroy_buffer(buffer, false, "free_copy");
 }
 
 } // namespace wm::vk
