@@ -62,6 +62,19 @@ struct Fixture {
     }
 };
 
+// The fixture's two files mapped writable, two fake device importers and the CPU: what most
+// executor cases start from.
+struct Mapped {
+    Fixture fx;
+    TestMapping ma{fx.file_a.path(), fx.file_a.size(), true};
+    TestMapping mb{fx.file_b.path(), fx.file_b.size(), true};
+    std::vector<MappedFile> files{ma.view(), mb.view()};
+    FakeImporter gpu0{"gpu0", wm::test::device_caps(4096, true)};
+    FakeImporter gpu1{"gpu1", wm::test::device_caps(4096, true)};
+    std::unique_ptr<Importer> cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+};
+
 void check_every_tensor_resolves(const ModelDesc& model, const Placement& placement,
                                  const std::vector<MappedFile>& files) {
     for (std::uint32_t i = 0; i < model.tensors.size(); ++i) {
@@ -282,14 +295,9 @@ TEST_CASE("registry: CPU last, always available; unknown names are errors", "[re
 }
 
 TEST_CASE("a placement lists its live imports and what each serves", "[executor]") {
-    Fixture fx;
-    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
-    std::vector<MappedFile> files{ma.view(), mb.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
-    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
     gpu1.fail_import_at = 2; // GPU1's file-1 region falls back: its import must not be listed
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
     ExecuteOptions quiet;
     quiet.log = [](LogLevel, std::string_view) {};
     auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
@@ -327,13 +335,8 @@ TEST_CASE("a placement lists its live imports and what each serves", "[executor]
 }
 
 TEST_CASE("a placement needs no ModelDesc after execution", "[executor]") {
-    Fixture fx;
-    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
-    std::vector<MappedFile> files{ma.view(), mb.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
-    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
     const ModelDesc kept = fx.model;
     Result<Placement> placed = [&] {
         // The engine's description lives on the stack of its load function and is gone before
@@ -347,13 +350,8 @@ TEST_CASE("a placement needs no ModelDesc after execution", "[executor]") {
 }
 
 TEST_CASE("a plan that does not fit the model fails before anything is imported", "[executor]") {
-    Fixture fx;
-    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
-    std::vector<MappedFile> files{ma.view(), mb.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
-    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
     const std::vector<std::pair<const char*, std::function<void(Plan&)>>> edits = {
         {"region 0 names target", [](Plan& p) { p.regions[0].target = 9; }},
         {"region 1 names target", [](Plan& p) { p.regions[1].file = 2; }},
@@ -377,13 +375,8 @@ TEST_CASE("a plan that does not fit the model fails before anything is imported"
 }
 
 TEST_CASE("locate() of an index out of range has a defined answer", "[executor]") {
-    Fixture fx;
-    TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
-    std::vector<MappedFile> files{ma.view(), mb.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
-    FakeImporter gpu1("gpu1", wm::test::device_caps(4096, true));
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, &gpu1, cpu.get()};
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
     auto placed = execute_plan(fx.model, fx.plan(), files, importers);
     REQUIRE(placed.ok());
     for (std::uint32_t index : {std::uint32_t(fx.model.tensors.size()), no_index}) {
