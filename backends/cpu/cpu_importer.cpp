@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -35,9 +37,24 @@ public:
         buffer.host_address = host_address;
         buffer.size = size;
         buffer.device_address = host_address;
+        std::lock_guard lock(mutex_);
+        imports_.insert({host_address, size});
         return buffer;
     }
-    Status release(const ImportedBuffer&) noexcept override { return {}; }
+    // Passthrough pins nothing, but a release of a buffer it never handed out (or handed back
+    // already) is still the caller's bug: say so, as every other importer does.
+    Status release(const ImportedBuffer& buffer) noexcept override {
+        return internal::status_nothrow([&]() -> Status {
+            std::lock_guard lock(mutex_);
+            auto it = imports_.find({buffer.host_address, buffer.size});
+            if (it == imports_.end())
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("cpu release: {} +{} is not a live import of this "
+                                              "importer", buffer.host_address, buffer.size));
+            imports_.erase(it);
+            return {};
+        });
+    }
 
     // The control arm on the CPU: a private anonymous copy, as a CPU "device buffer" would be.
     Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override {
@@ -84,6 +101,7 @@ public:
 private:
     std::mutex mutex_;
     std::map<void*, std::uint64_t> copies_; // allocate_copy's live buffers and their sizes
+    std::multiset<std::pair<void*, std::uint64_t>> imports_; // live imports (they may repeat)
 };
 
 } // namespace

@@ -504,6 +504,16 @@ Result<VulkanImporter::Record> VulkanImporter::find(const ImportedBuffer& buffer
             fmt::format("vulkan {}: VkDeviceMemory {:#x} is not a live buffer of this "
                         "importer (never made here, or already released)",
                         what, buffer.native_memory));
+    // The handle alone is not enough: a buffer that names a live VkDeviceMemory with another
+    // size or VkBuffer is not the one this importer handed out, and releasing it would free the
+    // real import under the tensors that still use it.
+    if (it->second.size != buffer.size || it->second.buffer != vulkan_buffer(buffer))
+        return make_error(
+            ErrorKind::invalid_argument,
+            fmt::format("vulkan {}: VkDeviceMemory {:#x} +{:#x} (VkBuffer {:#x}) does not match "
+                        "the buffer this importer made (+{:#x}, VkBuffer {:#x})",
+                        what, buffer.native_memory, buffer.size, buffer.native_buffer,
+                        it->second.size, handle_to_u64(it->second.buffer)));
     if (it->second.imported != imported)
         return make_error(
             ErrorKind::invalid_argument,

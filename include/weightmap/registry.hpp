@@ -38,8 +38,8 @@ WM_API Span<const ImporterEntry> importer_registry() noexcept;
 /// available. Fails with `unsupported` naming the missing option or the importer's own reason.
 WM_API Result<std::unique_ptr<Importer>> create_importer(std::string_view name);
 
-/// The CPU passthrough importer: handle = the pointer, release is a no-op, pins nothing,
-/// never asks for a writable mapping.
+/// The CPU passthrough importer: handle = the pointer, pins nothing, never asks for a writable
+/// mapping; release only checks that it handed the buffer out.
 WM_API std::unique_ptr<Importer> make_cpu_importer();
 
 } // namespace wm

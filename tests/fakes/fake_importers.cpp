@@ -30,6 +30,7 @@ Result<ImportedBuffer> FakeImporter::import(void* host_address, std::uint64_t si
     buffer.host_address = static_cast<std::byte*>(host_address) + misalign_result_by;
     buffer.size = size;
     buffer.device_address = buffer.host_address;
+    outstanding_.insert({buffer.host_address, buffer.size});
     return buffer;
 }
 
@@ -37,6 +38,13 @@ Status FakeImporter::release(const ImportedBuffer& buffer) noexcept {
     std::lock_guard lock(mutex_);
     ++release_calls_;
     releases_.push_back({buffer.host_address, buffer.size});
+    // Like a real importer: a buffer it did not hand out (or already took back) is refused.
+    auto it = outstanding_.find({buffer.host_address, buffer.size});
+    if (it == outstanding_.end())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{}: release of {} +{} that is not a live import", name_,
+                                      buffer.host_address, buffer.size));
+    outstanding_.erase(it);
     --live_;
     if (fail_release_at != 0 && release_calls_ == fail_release_at)
         return make_error(ErrorKind::import_failed,

@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weightmap/importer.hpp"
@@ -56,6 +58,7 @@ private:
     std::vector<Call> imports_, releases_;
     std::uint64_t import_calls_ = 0, release_calls_ = 0;
     std::int64_t live_ = 0;
+    std::multiset<std::pair<void*, std::uint64_t>> outstanding_; // live imports, by (host, size)
 };
 
 /// True when every page of [address, address + size) lies in a mapping with 'w' permission.

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+// The conformance subjects that need no Vulkan device: the CPU passthrough, the HSA importer on
+// the fake runtime (tests/hsa), and the test fakes (tests/fakes). Public API only, apart from
+// the fakes themselves.
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "conformance/subject.hpp"
+#include "fakes/fake_importers.hpp"
+#include "weightmap/backends/hsa.hpp"
+#include "weightmap/planner.hpp"
+#include "weightmap/registry.hpp"
+
+#ifdef WM_CONFORMANCE_FAKE_HSA
+#include "hsa/fake_hsa.hpp"
+#endif
+
+namespace wm::conformance {
+namespace {
+
+Subject cpu_subject() {
+    Subject s;
+    s.name = "cpu";
+    s.importer_name = "cpu";
+    s.expect_cpu = true;
+    s.has_read_back = true;
+    s.has_copies = true;
+    s.device_address_is_host = true;
+    s.make = [] {
+        Instance instance;
+        instance.importer = make_cpu_importer();
+        instance.observe = [] { return Observation{}; }; // no driver: nothing to count
+        return instance;
+    };
+    return s;
+}
+
+Subject hsa_subject() {
+    Subject s;
+    s.name = "hsa-fake";
+    s.importer_name = "hsa";
+    s.has_read_back = true; // copies from host_address (the locked pages themselves)
+    s.has_copies = false;
+    s.device_address_is_host = false; // the fake's agent pointers are host + 2^44, like a dGPU
+    s.live_counts_from_zero = true;   // fake_hsa_live_locks(), reset by FakeHsa::fresh()
+#ifdef WM_CONFORMANCE_FAKE_HSA
+    s.make = [] {
+        // The fake's counters are process-wide: reset them only when no HSA subject instance is
+        // alive (case 4 holds two), never under a live one's baseline.
+        static std::weak_ptr<void> alive;
+        std::shared_ptr<void> token = alive.lock();
+        if (!token) {
+            wm::test::FakeHsa::fresh();
+            token = std::make_shared<int>(0);
+            alive = token;
+        }
+        HsaImporterParams params; // every GPU agent of the fake, no budget
+        params.library_path = WEIGHTMAP_FAKE_HSA_PATH;
+        Result<std::unique_ptr<Importer>> made = make_hsa_importer(params);
+        if (!made) throw std::runtime_error("make_hsa_importer: " + made.error().message);
+        Instance instance;
+        instance.keep_alive = token;
+        instance.importer = std::move(made).value();
+        instance.observe = [] {
+            // A handle of our own on the fake (the same instance the importer dlopened);
+            // FakeHsa::fresh() would reset the counters.
+            static const wm::test::FakeHsa fake;
+            Observation o;
+            o.driver_calls = fake.lock_calls() + fake.unlock_calls();
+            o.live = fake.live_locks();
+            o.made = fake.lock_calls();
+            o.destroyed = fake.unlock_calls();
+            return o;
+        };
+        return instance;
+    };
+#else
+    s.skip_reason = [] {
+        return std::string("the HSA importer is not built (meson -Dhsa=enabled needs the ROCm "
+                           "HSA headers, libhsa-runtime-dev)");
+    };
+    s.make = [] { return Instance{}; };
+#endif
+    return s;
+}
+
+// FakeImporter subjects: `fake` with the default caps (alignment 1), `fake-device` with a
+// device importer's page alignment, enforced.
+Subject fake_subject(const std::string& name, bool device) {
+    Subject s;
+    s.name = name;
+    s.importer_name = name;
+    s.has_read_back = true; // the interface's default: memcpy from device_address
+    s.has_copies = false;
+    s.device_address_is_host = true;
+    s.live_counts_from_zero = true; // live_imports() of a fresh FakeImporter
+    s.make = [name, device] {
+        auto fake = std::make_unique<wm::test::FakeImporter>(
+            name, device ? wm::test::device_caps(host_page_size()) : ImporterCaps{});
+        fake->reject_unaligned = device;
+        wm::test::FakeImporter* raw = fake.get();
+        Instance instance;
+        instance.importer = std::move(fake);
+        instance.observe = [raw] {
+            Observation o;
+            o.live = raw->live_imports();
+            o.made = static_cast<std::int64_t>(raw->imports().size());
+            o.destroyed = static_cast<std::int64_t>(raw->releases().size());
+            return o;
+        };
+        return instance;
+    };
+    return s;
+}
+
+} // namespace
+
+const std::vector<Subject>& subjects() {
+    static const std::vector<Subject> all = {cpu_subject(), hsa_subject(),
+                                             fake_subject("fake", false),
+                                             fake_subject("fake-device", true)};
+    return all;
+}
+
+} // namespace wm::conformance
