@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hsa/fake_hsa.hpp"
 #include "support/child.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/mapping.hpp"
@@ -17,8 +18,11 @@
 using namespace wm;
 
 namespace {
-// The registry's HSA importer loads the fake runtime for the rest of this process.
+// The registry's HSA importer loads the fake runtime. The fake stays loaded meanwhile (FakeHsa
+// holds it): its state is a deliberate process-lifetime singleton, and every dlclose + dlopen
+// of the library would allocate a new one, which LeakSanitizer rightly reports.
 struct FakeRuntimeForTheRegistry {
+    wm::test::FakeHsa loaded;
     FakeRuntimeForTheRegistry() { setenv("WEIGHTMAP_HSA_LIBRARY", WEIGHTMAP_FAKE_HSA_PATH, 1); }
     ~FakeRuntimeForTheRegistry() { unsetenv("WEIGHTMAP_HSA_LIBRARY"); }
 };
