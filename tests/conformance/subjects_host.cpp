@@ -44,7 +44,6 @@ Subject hsa_subject() {
     s.has_read_back = true; // copies from host_address (the locked pages themselves)
     s.has_copies = false;
     s.device_address_is_host = false; // the fake's agent pointers are host + 2^44, like a dGPU
-    s.live_counts_from_zero = true;   // fake_hsa_live_locks(), reset by FakeHsa::fresh()
 #ifdef WM_CONFORMANCE_FAKE_HSA
     s.make = [] {
         // The fake's counters are process-wide: reset them only when no HSA subject instance is
@@ -95,7 +94,6 @@ Subject fake_subject(const std::string& name, bool device) {
     s.has_read_back = true; // the interface's default: memcpy from device_address
     s.has_copies = false;
     s.device_address_is_host = true;
-    s.live_counts_from_zero = true; // live_imports() of a fresh FakeImporter
     s.make = [name, device] {
         auto fake = std::make_unique<wm::test::FakeImporter>(
             name, device ? wm::test::device_caps(host_page_size()) : ImporterCaps{});
