@@ -16,6 +16,7 @@ int main() {
     auto cpu = wm::make_cpu_importer();
     wm::TargetDesc gpu{"GPU0", "gpu", {}};
     gpu.caps.needs_writable_mapping = true;
+    gpu.caps.device_memory = wm::DeviceMemory::unified; // an APU: the default policy imports
     model.targets = {gpu, wm::target_for("CPU", *cpu)};
     std::uint64_t offset = 0;
     for (int layer = 0; layer < 48; ++layer) {

@@ -11,7 +11,9 @@
 
 namespace wm {
 
-struct Placement::Impl {
+// Hidden: Placement is exported, and its nested Impl would be too (its out-of-line members
+// were in the first symbol check); nothing outside the library may link against it.
+struct __attribute__((visibility("hidden"))) Placement::Impl {
     struct LiveImport {
         Importer* importer = nullptr; // null once released
         ImportedBuffer buffer;
@@ -77,6 +79,15 @@ struct Placement::Impl {
             }
         imports = std::move(live);
     }
+
+    struct Progress {
+        std::uint64_t done = 0;  // extent bytes imported so far
+        std::uint64_t total = 0; // extent bytes planned
+    };
+    std::string import_run(Importer& importer, std::uint32_t r, std::uint32_t k,
+                           std::byte* address, const std::string& file_name);
+    bool import_region(const ModelDesc& model, std::uint32_t r, const MappedFile& mapped,
+                       Importer* importer, const ExecuteOptions& options, Progress& progress);
 };
 
 Placement::Placement() : impl_(std::make_unique<Impl>()) {}
@@ -167,12 +178,9 @@ Status check_plan_against_model(const ModelDesc& model, const Plan& plan) {
     return {};
 }
 
-} // namespace
-
-Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
-                               Span<const MappedFile> files,
-                               Span<Importer* const> importers,
-                               const ExecuteOptions& options) {
+// Checks the call's shape before anything is imported.
+Status check_call(const ModelDesc& model, const Plan& plan, Span<const MappedFile> files,
+                  Span<Importer* const> importers) {
     if (files.size() != model.files.size())
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("execute_plan: {} mapped files given for a model of {} files",
@@ -192,7 +200,6 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                               fmt::format("execute_plan: file {} ('{}') has no mapping", f,
                                           model.files[f].path));
     }
-
     if (Status fits = check_plan_against_model(model, plan); !fits) return std::move(fits).error();
     for (std::size_t t = 0; t < model.tensors.size(); ++t)
         if (model.tensors[t].file >= files.size())
@@ -200,7 +207,106 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                               fmt::format("execute_plan: tensor {} ('{}') names file {} of {}", t,
                                           model.tensors[t].name, model.tensors[t].file,
                                           files.size()));
+    return {};
+}
 
+// Why no run of a region may be imported through `importer` (empty: they may). The policy is
+// applied again to the caps the importer reports now: the plan may have been made from what-if
+// caps (wm-plan --device, wm_model_add_target_caps), and a discrete device must not import
+// under unified_only whatever the plan assumed.
+std::string region_refusal(const TargetDesc& target, Importer* importer, const Plan& plan) {
+    if (importer == nullptr) return fmt::format("no importer for target '{}'", target.name);
+    if (Availability a = importer->available(); !a.available)
+        return fmt::format("{} importer not available: {}", importer->name(), a.reason);
+    const ImportPolicy policy = target.import_policy.value_or(plan.import_policy);
+    std::string why = import_policy_refusal(importer->caps(), policy);
+    return why.empty() ? why : fmt::format("{} importer: {}", importer->name(), why);
+}
+
+// Why `run` cannot be handed to an importer of `caps` (empty: it can): the preconditions
+// Importer::import() states, checked here so no driver sees a bad range.
+std::string run_refusal(const PlanRun& run, const MappedFile& mapped, const ImporterCaps& caps,
+                        std::string_view importer, const std::string& file_name) {
+    const std::uint64_t align = std::max<std::uint64_t>(caps.alignment, 1);
+    const std::byte* address = mapped.base + run.extent_offset;
+    if (run.extent_offset > mapped.length || run.extent_size > mapped.length - run.extent_offset)
+        return fmt::format("extent [{:#x}, +{:#x}) runs past the mapped length {:#x} of '{}'",
+                           run.extent_offset, run.extent_size, mapped.length, file_name);
+    if (reinterpret_cast<std::uintptr_t>(address) % align != 0 || run.extent_size % align != 0)
+        return fmt::format("extent {} +{:#x} of '{}' is not aligned to the {} importer's {} "
+                           "bytes", static_cast<const void*>(address), run.extent_size,
+                           file_name, importer, align);
+    if (caps.max_import_size != 0 && run.extent_size > caps.max_import_size)
+        return fmt::format("extent of {} bytes is over the {} importer's maximum import size {}",
+                           run.extent_size, importer, caps.max_import_size);
+    return {};
+}
+
+} // namespace
+
+// Imports run k of region r at `address`; returns the refusal, empty when it is live.
+std::string Placement::Impl::import_run(Importer& importer, std::uint32_t r, std::uint32_t k,
+                                        std::byte* address, const std::string& file_name) {
+    const PlanRun& run = plan.regions[r].runs[k];
+    Result<ImportedBuffer> imported = importer.import(address, run.extent_size);
+    if (!imported)
+        return fmt::format("{} import of '{}' [{:#x}, +{:#x}) failed: {}", importer.name(),
+                           file_name, run.extent_offset, run.extent_size,
+                           imported.error().message);
+    const ImportedBuffer& buffer = imported.value();
+    if (buffer.host_address != address || buffer.size < run.extent_size) {
+        // An importer that moved the range would break base + offset == mapping + file offset
+        // for every tensor: refuse it rather than misplace weights.
+        std::string refusal = fmt::format("{} importer returned {} +{:#x} for {} +{:#x}",
+                                          importer.name(), buffer.host_address, buffer.size,
+                                          static_cast<void*>(address), run.extent_size);
+        if (Status s = importer.release(buffer); !s)
+            log_message(log, LogLevel::warning, s.error().message);
+        return refusal;
+    }
+    run_import[r][k] = static_cast<std::uint32_t>(imports.size());
+    imports.push_back({&importer, buffer, r, k});
+    return {};
+}
+
+// Imports every run of region r, or turns the region into a fallback at the first refusal.
+// False when the progress callback aborted (the caller then releases everything).
+bool Placement::Impl::import_region(const ModelDesc& model, std::uint32_t r,
+                                    const MappedFile& mapped, Importer* importer,
+                                    const ExecuteOptions& options, Progress& progress) {
+    const PlanRegion& region = plan.regions[r];
+    const TargetDesc& target = model.targets[region.target];
+    const std::string& file_name = model.files[region.file].path;
+    run_import[r].assign(region.runs.size(), no_index);
+    if (std::string why = region_refusal(target, importer, plan); !why.empty()) {
+        fall_back(r, why);
+        if (importer != nullptr) log_message(options.log, LogLevel::warning, why);
+        return true;
+    }
+    const ImporterCaps caps = importer->caps();
+    for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
+        const PlanRun& run = plan.regions[r].runs[k];
+        std::string refusal = run_refusal(run, mapped, caps, importer->name(), file_name);
+        if (refusal.empty())
+            refusal = import_run(*importer, r, k, mapped.base + run.extent_offset, file_name);
+        if (!refusal.empty()) {
+            log_message(options.log, LogLevel::warning,
+                        fmt::format("target '{}', file '{}': falling back to a device copy: {}",
+                                    target.name, file_name, refusal));
+            fall_back(r, refusal);
+            return true;
+        }
+        progress.done += run.extent_size;
+        if (options.progress && !options.progress(progress.done, progress.total)) return false;
+    }
+    return true;
+}
+
+Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
+                               Span<const MappedFile> files,
+                               Span<Importer* const> importers,
+                               const ExecuteOptions& options) {
+    if (Status s = check_call(model, plan, files, importers); !s) return std::move(s).error();
     Placement placement;
     Placement::Impl& impl = *placement.impl_;
     impl.plan = std::move(plan);
@@ -210,86 +316,20 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
     impl.log = options.log;
     impl.run_import.resize(impl.plan.regions.size());
 
-    std::uint64_t total = 0, done = 0;
+    Placement::Impl::Progress progress;
     for (const PlanRegion& region : impl.plan.regions)
         if (region.decision == Decision::import)
-            for (const PlanRun& run : region.runs) total += run.extent_size;
-
+            for (const PlanRun& run : region.runs) progress.total += run.extent_size;
     for (std::uint32_t r = 0; r < impl.plan.regions.size(); ++r) {
-        PlanRegion& region = impl.plan.regions[r];
+        const PlanRegion& region = impl.plan.regions[r];
         if (region.decision != Decision::import) continue;
-        impl.run_import[r].assign(region.runs.size(), no_index);
-        Importer* importer = importers[region.target];
-        const TargetDesc& target = model.targets[region.target];
-        const std::string file_name = model.files[region.file].path;
-        if (importer == nullptr) {
-            impl.fall_back(r, fmt::format("no importer for target '{}'", target.name));
-            continue;
-        }
-        if (Availability a = importer->available(); !a.available) {
-            impl.fall_back(r, fmt::format("{} importer not available: {}", importer->name(),
-                                          a.reason));
-            log_message(options.log, LogLevel::warning, region.reason);
-            continue;
-        }
-        const ImporterCaps caps = importer->caps();
-        const std::uint64_t align = std::max<std::uint64_t>(caps.alignment, 1);
-        const MappedFile& mapped = files[region.file];
-        for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
-            const PlanRun& run = region.runs[k];
-            std::string refusal;
-            std::byte* address = mapped.base + run.extent_offset;
-            if (run.extent_offset > mapped.length ||
-                run.extent_size > mapped.length - run.extent_offset) {
-                refusal = fmt::format("extent [{:#x}, +{:#x}) runs past the mapped length {:#x} of "
-                                      "'{}'", run.extent_offset, run.extent_size, mapped.length,
-                                      file_name);
-            } else if (reinterpret_cast<std::uintptr_t>(address) % align != 0 ||
-                       run.extent_size % align != 0) {
-                refusal = fmt::format("extent {} +{:#x} of '{}' is not aligned to the {} "
-                                      "importer's {} bytes", static_cast<void*>(address),
-                                      run.extent_size, file_name, importer->name(), align);
-            } else if (caps.max_import_size != 0 && run.extent_size > caps.max_import_size) {
-                refusal = fmt::format("extent of {} bytes is over the {} importer's maximum "
-                                      "import size {}", run.extent_size, importer->name(),
-                                      caps.max_import_size);
-            }
-            if (refusal.empty()) {
-                Result<ImportedBuffer> imported = importer->import(address, run.extent_size);
-                if (imported) {
-                    const ImportedBuffer& buffer = imported.value();
-                    if (buffer.host_address != address || buffer.size < run.extent_size) {
-                        // An importer that moved the range would break base + offset == mapping
-                        // + file offset for every tensor: refuse it rather than misplace weights.
-                        refusal = fmt::format("{} importer returned {} +{:#x} for {} +{:#x}",
-                                              importer->name(), buffer.host_address, buffer.size,
-                                              static_cast<void*>(address), run.extent_size);
-                        if (Status s = importer->release(buffer); !s)
-                            log_message(options.log, LogLevel::warning, s.error().message);
-                    } else {
-                        impl.run_import[r][k] = static_cast<std::uint32_t>(impl.imports.size());
-                        impl.imports.push_back({importer, buffer, r, k});
-                    }
-                } else {
-                    refusal = fmt::format("{} import of '{}' [{:#x}, +{:#x}) failed: {}",
-                                          importer->name(), file_name, run.extent_offset,
-                                          run.extent_size, imported.error().message);
-                }
-            }
-            if (!refusal.empty()) {
-                log_message(options.log, LogLevel::warning,
-                            fmt::format("target '{}', file '{}': falling back to a device copy: {}",
-                                        target.name, file_name, refusal));
-                impl.fall_back(r, refusal);
-                break;
-            }
-            done += run.extent_size;
-            if (options.progress && !options.progress(done, total)) {
-                impl.release_all();
-                return make_error(ErrorKind::aborted,
-                                  fmt::format("execute_plan: aborted by the caller after {} of {} "
-                                              "bytes; every import released", done, total));
-            }
+        if (!impl.import_region(model, r, files[region.file], importers[region.target], options,
+                                progress)) {
+            impl.release_all();
+            return make_error(ErrorKind::aborted,
+                              fmt::format("execute_plan: aborted by the caller after {} of {} "
+                                          "bytes; every import released", progress.done,
+                                          progress.total));
         }
     }
     impl.compact();

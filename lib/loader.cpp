@@ -47,6 +47,35 @@ void LoadedModel::unload() noexcept {
     impl_->mapping = MappedModel();
 }
 
+namespace {
+
+// The mapping decision over the importers whose targets' policies let them import: a target
+// that will fall back for its policy (a discrete card under unified_only) must not make the
+// weight files writable.
+MappingDecision decide_mapping_for_policies(const ModelDesc& model,
+                                            const std::vector<std::string>& paths,
+                                            Span<Importer* const> importers,
+                                            const PlanOptions& options) {
+    std::vector<Importer*> importing;
+    for (std::size_t t = 0; t < importers.size() && t < model.targets.size(); ++t) {
+        Importer* importer = importers[t];
+        if (importer == nullptr) continue;
+        const ImporterCaps caps = importer->caps();
+        const ImportPolicy policy = effective_import_policy(model.targets[t], options);
+        if (!caps.is_cpu && import_policy_refusal(caps, policy).empty())
+            importing.push_back(importer);
+    }
+    if (importing.empty()) {
+        MappingDecision decision;
+        decision.reason = "read-only: the import policy lets no device importer of this model "
+                          "import";
+        return decision;
+    }
+    return decide_mapping(paths, importing, ImportPolicy::always); // already filtered
+}
+
+} // namespace
+
 Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                const LoadOptions& options) {
     if (importers.size() != model.targets.size())
@@ -66,7 +95,7 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
     // The control arm maps exactly as an engine without imports would: read-only.
     std::string disabled;
     if (internal::import_switch_enabled(options.plan.import_enabled, &disabled)) {
-        impl.decision = decide_mapping(paths, importers);
+        impl.decision = decide_mapping_for_policies(model, paths, importers, options.plan);
     } else {
         impl.decision.access = MappingAccess::read_only;
         impl.decision.reason = "read-only: import " + disabled;

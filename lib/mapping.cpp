@@ -39,8 +39,8 @@ const char* to_string(MappingAccess access) noexcept {
     return access == MappingAccess::writable ? "writable" : "read_only";
 }
 
-MappingDecision decide_mapping(Span<const std::string> paths,
-                               Span<Importer* const> importers) {
+MappingDecision decide_mapping(Span<const std::string> paths, Span<Importer* const> importers,
+                               ImportPolicy policy) {
     // Registry defaults when the engine gave no list; they live only for this decision.
     std::vector<std::unique_ptr<Importer>> defaults;
     std::vector<Importer*> considered(importers.begin(), importers.end());
@@ -58,12 +58,14 @@ MappingDecision decide_mapping(Span<const std::string> paths,
         if (importer == nullptr) continue;
         ImporterCaps caps = importer->caps();
         if (caps.is_cpu || !caps.needs_writable_mapping) continue;
+        if (!import_allowed(policy, caps.device_memory)) continue; // it will not import
         if (!importer->available().available) continue;
         needing += fmt::format("{}'{}'", needing.empty() ? "" : ", ", importer->name());
     }
     MappingDecision decision;
     if (needing.empty()) {
-        decision.reason = "read-only: no available non-CPU importer needs a writable mapping";
+        decision.reason = fmt::format("read-only: no available non-CPU importer needs a "
+                                      "writable mapping (import_policy {})", to_string(policy));
         return decision;
     }
     for (const std::string& path : paths) {

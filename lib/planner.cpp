@@ -48,6 +48,25 @@ bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
     return last - first <= tightness_limit(ctx_bytes);
 }
 
+ImportPolicy effective_import_policy(const TargetDesc& target,
+                                     const PlanOptions& options) noexcept {
+    return target.import_policy.value_or(options.import_policy);
+}
+
+std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy) {
+    const DeviceMemory memory = caps.device_memory;
+    if (caps.is_cpu || import_allowed(policy, memory)) return {};
+    if (policy == ImportPolicy::never) return "import_policy=never";
+    const std::string note =
+        caps.device_memory_note.empty() ? "" : " (" + caps.device_memory_note + ")";
+    // unified_only refusing: the device is discrete or nobody can tell.
+    if (memory == DeviceMemory::discrete)
+        return "discrete device" + note + ": imported weights would be read over the bus on "
+               "every use; import_policy=always to import anyway";
+    return "device memory unknown" + note + ": the importer does not say whether the device "
+           "reads host memory at memory speed; import_policy=always to import anyway";
+}
+
 std::uint64_t host_page_size() noexcept {
     static const std::uint64_t page = [] {
         long value = sysconf(_SC_PAGESIZE);
@@ -131,7 +150,12 @@ public:
     Planner(const ModelDesc& model, const PlanOptions& options, std::uint64_t page)
         : model_(model), options_(options), page_(page),
           budget_(std::max<std::uint32_t>(options.max_imports_per_region, 1)),
-          runs_mode_(options.mode == PlanMode::runs) {}
+          runs_mode_(options.mode == PlanMode::runs) {
+        policy_refusals_.reserve(model.targets.size());
+        for (const TargetDesc& target : model.targets)
+            policy_refusals_.push_back(
+                import_policy_refusal(target.caps, effective_import_policy(target, options)));
+    }
 
     Plan run(bool enabled, const std::string& disabled_reason);
 
@@ -143,6 +167,7 @@ private:
     const bool runs_mode_;
     Plan plan_;
     std::vector<RegionWork> work_;
+    std::vector<std::string> policy_refusals_; // per target; empty: its policy lets it import
 
     // The sorted array: position k holds ModelDesc tensor order_[k].
     std::vector<std::uint32_t> order_;
@@ -208,6 +233,8 @@ private:
     void add_regions();
     void plan_region(std::uint32_t region, bool enabled, const std::string& disabled_reason);
     std::string import_reason(const PlanRegion& region) const;
+    std::string gate_reason(const PlanRegion& region) const;
+    static std::string policy_note(DeviceMemory memory);
     std::string whole_fallback_reason(const PlanRegion& region, bool enabled,
                                       const std::string& disabled_reason) const;
     void add_totals();
@@ -884,6 +911,7 @@ void Planner::append_import_details(std::uint32_t r, std::string& reason) const 
 
 Plan Planner::run(bool enabled, const std::string& disabled_reason) {
     plan_.mode = options_.mode;
+    plan_.import_policy = options_.import_policy;
     plan_.page_size = page_;
     plan_.tensors.resize(model_.tensors.size());
     sort_tensors();
@@ -938,8 +966,8 @@ void Planner::plan_region(std::uint32_t r, bool enabled, const std::string& disa
         return;
     }
     const ImporterCaps& caps = model_.targets[region.target].caps;
-    if (!enabled || caps.refuses_file_pages || region.ctx_bytes == 0 ||
-        (options_.mode == PlanMode::gate && !region.gate)) {
+    if (!enabled || caps.refuses_file_pages || !policy_refusals_[region.target].empty() ||
+        region.ctx_bytes == 0 || (options_.mode == PlanMode::gate && !region.gate)) {
         w.whole_fallback = true;
         w.base_reason = whole_fallback_reason(region, enabled, disabled_reason);
         refuse(r, whole, w.base_reason);
@@ -960,12 +988,18 @@ std::string Planner::whole_fallback_reason(const PlanRegion& region, bool enable
         return caps.file_pages_note.empty()
                    ? std::string("the importer refuses pages of a file mapping")
                    : caps.file_pages_note;
+    if (!policy_refusals_[region.target].empty()) return policy_refusals_[region.target];
     if (region.ctx_bytes == 0) return "region holds no tensor bytes";
     return describe_gate_failure(region.first, region.last, region.ctx_bytes);
 }
 
 // Why a device region is imported, before planning adds what shaped its imports.
 std::string Planner::import_reason(const PlanRegion& region) const {
+    return gate_reason(region) + policy_note(model_.targets[region.target].caps.device_memory);
+}
+
+// How the gate (and the mode) let a device region import.
+std::string Planner::gate_reason(const PlanRegion& region) const {
     if (region.gate)
         return fmt::format("tight: passes the gate (span {} bytes for {} bytes of its own "
                            "tensors, limit {})",
@@ -975,6 +1009,15 @@ std::string Planner::import_reason(const PlanRegion& region) const {
     if (options_.mode == PlanMode::span)
         return fmt::format("span mode: the whole span is imported without the gate ({})", failure);
     return fmt::format("not tight ({}); imported as tight runs of its own tensors", failure);
+}
+
+// An import the policy allowed on a device that is not known to be unified says what it costs.
+std::string Planner::policy_note(DeviceMemory memory) {
+    if (memory == DeviceMemory::discrete)
+        return "; import_policy=always on a discrete device: every use reads over the bus";
+    if (memory == DeviceMemory::unknown)
+        return "; import_policy=always, device memory unknown";
+    return {};
 }
 
 // What compute_totals() finds tensor by tensor, from the runs (no pass over every tensor).

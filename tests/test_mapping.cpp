@@ -101,7 +101,8 @@ TEST_CASE("decision: registry defaults without an available HSA runtime map read
     MappingDecision d = decide_mapping(paths, {});
     unsetenv("WEIGHTMAP_HSA_LIBRARY");
     CHECK(d.access == MappingAccess::read_only);
-    CHECK(d.reason == "read-only: no available non-CPU importer needs a writable mapping");
+    CHECK(d.reason == "read-only: no available non-CPU importer needs a writable mapping "
+                      "(import_policy unified_only)");
 }
 
 TEST_CASE("decision is all-or-nothing across shards: one read-only mount keeps all read-only",

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The plan options wm-plan and wm-load share: -ot/--override, --cpu-moe, --mode, --align.
+// The plan options wm-plan and wm-load share: -ot/--override, --cpu-moe, --mode, --align,
+// --device, --import-policy.
 // One definition, so what wm-plan shows is what wm-load does.
 #pragma once
 
@@ -47,6 +48,15 @@ public:
                 }
                 return n != 0 && (n & (n - 1)) == 0 ? "" : "must be a power of two: " + v;
             });
+        app.add_option("--device", device_,
+                       "unified|discrete|unknown: plan as if the device reached imported memory "
+                       "this way (a what-if; wm-load still refuses what its importer's own answer "
+                       "refuses)")
+            ->check(CLI::IsMember({"unified", "discrete", "unknown"}));
+        app.add_option("--import-policy", policy_,
+                       "unified_only|always|never (default unified_only: import only on a "
+                       "unified-memory device)")
+            ->check(CLI::IsMember({"unified_only", "always", "never"}));
     }
 
     /// The placement rules, in the order given; --cpu-moe comes after the -ot rules (llama.cpp
@@ -64,20 +74,35 @@ public:
         options.mode = mode_ == "span" ? PlanMode::span
                        : mode_ == "gate" ? PlanMode::gate
                                          : PlanMode::runs;
+        options.import_policy = policy_ == "always"  ? ImportPolicy::always
+                                : policy_ == "never" ? ImportPolicy::never
+                                                     : ImportPolicy::unified_only;
         return options;
     }
 
-    /// Applies --align to a non-CPU target.
+    /// Applies --align and --device to a non-CPU target.
     TargetDesc adjust(TargetDesc target) const {
-        if (!target.caps.is_cpu && !align_.empty()) target.caps.alignment = std::stoull(align_);
+        if (target.caps.is_cpu) return target;
+        if (!align_.empty()) target.caps.alignment = std::stoull(align_);
+        if (!device_.empty()) {
+            target.caps.device_memory = device_ == "unified"    ? DeviceMemory::unified
+                                        : device_ == "discrete" ? DeviceMemory::discrete
+                                                                : DeviceMemory::unknown;
+            target.caps.device_memory_note = "--device " + device_;
+        }
         return target;
     }
+
+    /// True when --device was given.
+    bool device_given() const { return !device_.empty(); }
 
 private:
     std::vector<std::string> overrides_;
     bool cpu_moe_ = false;
     std::string mode_ = "runs";
     std::string align_;
+    std::string device_;
+    std::string policy_ = "unified_only";
 };
 
 } // namespace wm::tools

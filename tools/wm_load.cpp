@@ -285,7 +285,11 @@ struct Report {
 void print_json(const Report& r) {
     const wm::MemStat &before = r.cost.before, &peak = r.cost.peak, &after = r.cost.after;
     nlohmann::json out;
+    const wm::ImporterCaps caps = r.importer.caps();
     out["importer"] = std::string(r.importer.name());
+    out["device_memory"] = wm::to_string(caps.device_memory);
+    out["device_memory_note"] = caps.device_memory_note;
+    out["import_policy"] = wm::to_string(r.loaded.placement().plan().import_policy);
     out["arm"] = r.arm();
     out["mapping"] = wm::to_string(r.loaded.mapping_decision().access);
     out["read_only_after_load"] = r.loaded.read_only();
@@ -319,9 +323,13 @@ void print_text(const Report& r) {
     const wm::MemStat &before = r.cost.before, &peak = r.cost.peak, &after = r.cost.after;
     const wm::PlanTotals& totals = r.totals();
     const Counts& counts = r.counts;
+    const wm::ImporterCaps caps = r.importer.caps();
     fmt::print("importer        {} ({} arm), mapping {}{}\n", r.importer.name(), r.arm(),
                wm::to_string(r.loaded.mapping_decision().access),
                r.loaded.read_only() ? ", PROT_READ after load" : "");
+    fmt::print("device memory   {} ({}), import policy {}\n", wm::to_string(caps.device_memory),
+               caps.device_memory_note,
+               wm::to_string(r.loaded.placement().plan().import_policy));
     fmt::print("device bytes    {:.1f} MiB: imported {:.1f} MiB in {} imports (pinned {:.1f} "
                "MiB), fallback {:.1f} MiB, copied {:.1f} MiB\n",
                totals.device_bytes / 1048576.0, counts.imported_bytes / 1048576.0,

@@ -61,7 +61,9 @@ nlohmann::ordered_json to_json(const wm::ModelInfo& info, const wm::ModelDesc& d
         if (!target.caps.is_cpu && r.decision == wm::Decision::import)
             for (const wm::PlanRun& run : r.runs)
                 runs.push_back({{"offset", run.extent_offset}, {"size", run.extent_size}});
-        regions.push_back({{"target", target.name}, {"file", r.file}, {"first", r.first},
+        regions.push_back({{"target", target.name},
+                           {"device_memory", wm::to_string(target.caps.device_memory)},
+                           {"file", r.file}, {"first", r.first},
                            {"last", r.last}, {"ctx_bytes", r.ctx_bytes}, {"gate", r.gate},
                            {"decision", wm::to_string(r.decision)}, {"reason", r.reason},
                            {"runs", std::move(runs)}});
@@ -70,7 +72,8 @@ nlohmann::ordered_json to_json(const wm::ModelInfo& info, const wm::ModelDesc& d
     json totals = {{"device_bytes", t.device_bytes}, {"imported_bytes", t.imported_bytes},
                    {"pinned_bytes", t.pinned_bytes}, {"fallback_bytes", t.fallback_bytes},
                    {"imports", t.imports}};
-    return {{"files", std::move(files)}, {"tensors", std::move(tensors)},
+    return {{"import_policy", wm::to_string(plan.import_policy)},
+            {"files", std::move(files)}, {"tensors", std::move(tensors)},
             {"regions", std::move(regions)}, {"totals", std::move(totals)}};
 }
 
@@ -91,11 +94,13 @@ void print_table(const wm::ModelInfo& info, const wm::PlacementRules& rules,
     fmt::print("rules:");
     for (const wm::OverrideRule& r : rules.rules()) fmt::print(" '{}' -> {};", r.pattern, r.target);
     fmt::print(" otherwise {}\n", wm::default_target_name);
-    fmt::print("plan: mode {}, page {}", wm::to_string(plan.mode), plan.page_size);
+    fmt::print("plan: mode {}, page {}, import policy {}", wm::to_string(plan.mode),
+               plan.page_size, wm::to_string(plan.import_policy));
     for (const wm::TargetDesc& t : desc.targets)
         if (!t.caps.is_cpu)
-            fmt::print(", {} import alignment {}", t.name,
-                       std::max<std::uint64_t>(plan.page_size, t.caps.alignment));
+            fmt::print(", {} import alignment {} device memory {} ({})", t.name,
+                       std::max<std::uint64_t>(plan.page_size, t.caps.alignment),
+                       wm::to_string(t.caps.device_memory), t.caps.device_memory_note);
     fmt::print("\n\n");
 
     fmt::print("{:<10} {:>4} {:>7} {:>14} {:>14} {:>10} {:>10} {:>4}  {:<8}  {}\n", "target",
@@ -132,7 +137,8 @@ int run(const Options& o) {
     if (!info) return fail(info.error().message);
 
     // No importer is created: the device target's caps are what a typical importer declares
-    // (needs a writable mapping, page alignment unless --align says otherwise).
+    // (needs a writable mapping, page alignment unless --align says otherwise) on the kind of
+    // device this library is for, unified memory, unless --device says otherwise.
     const auto cpu = wm::make_cpu_importer();
     wm::TargetFactory factory = [&](std::string_view name) -> wm::Result<wm::TargetDesc> {
         if (name == wm::cpu_target_name) return wm::target_for(std::string(name), *cpu);
@@ -140,6 +146,8 @@ int run(const Options& o) {
         target.name = std::string(name);
         target.importer_key = std::string(name);
         target.caps.needs_writable_mapping = true;
+        target.caps.device_memory = wm::DeviceMemory::unified;
+        target.caps.device_memory_note = "assumed; --device to change";
         return o.plan.adjust(std::move(target));
     };
     auto desc = wm::to_model_desc(*info, *rules, factory);

@@ -26,6 +26,8 @@ public:
         caps.is_cpu = true;
         caps.alignment = 1;
         caps.survives_read_only_reprotect = true; // nothing is locked or registered
+        caps.device_memory = DeviceMemory::unified;
+        caps.device_memory_note = "the CPU reads its own memory";
         return caps;
     }
     Availability available() const override { return {true, {}}; }

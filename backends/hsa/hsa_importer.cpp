@@ -39,13 +39,53 @@ std::string list_agents(const std::vector<hsa::Runtime::AgentInfo>& agents) {
     return out.empty() ? "none" : out;
 }
 
+struct MemoryVerdict {
+    DeviceMemory memory = DeviceMemory::unknown;
+    std::string note;
+};
+
+// One agent's word on how it reaches host memory.
+MemoryVerdict classify_agent(const hsa::Runtime::AgentInfo& agent) {
+    const std::string name = agent.name.empty() ? "agent" : agent.name;
+    if (agent.full_profile) return {DeviceMemory::unified, name + ": HSA_AGENT_INFO_PROFILE FULL"};
+    if (agent.is_apu)
+        return *agent.is_apu
+                   ? MemoryVerdict{DeviceMemory::unified, name + ": AGENT_IS_APU"}
+                   : MemoryVerdict{DeviceMemory::discrete,
+                                   name + ": HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES without "
+                                          "AGENT_IS_APU"};
+    return {DeviceMemory::unknown,
+            name + ": BASE profile and no HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES (ROCm 5.2 cannot "
+                   "tell an APU from a discrete card; HsaImporterParams::device_memory can)"};
+}
+
+// The locking agents together: any discrete is discrete (its reads cross the bus), all
+// unified is unified, anything else unknown.
+MemoryVerdict classify_agents(const std::vector<hsa::Runtime::AgentInfo>& known,
+                              const std::vector<hsa_agent_t>& locking) {
+    MemoryVerdict all{DeviceMemory::unified, {}};
+    for (const hsa_agent_t& agent : locking)
+        for (const auto& info : known) {
+            if (info.handle != agent.handle) continue;
+            MemoryVerdict one = classify_agent(info);
+            all.note += (all.note.empty() ? "" : "; ") + one.note;
+            if (one.memory == DeviceMemory::discrete || all.memory == DeviceMemory::discrete)
+                all.memory = DeviceMemory::discrete;
+            else if (one.memory == DeviceMemory::unknown)
+                all.memory = DeviceMemory::unknown;
+        }
+    if (all.note.empty()) all.memory = DeviceMemory::unknown;
+    return all;
+}
+
 class HsaImporter final : public Importer {
 public:
     // runtime == nullptr: unavailable for `reason`.
     HsaImporter(std::unique_ptr<hsa::Runtime> runtime, std::vector<hsa_agent_t> agents,
-                std::uint64_t budget, std::string reason)
+                std::uint64_t budget, std::string reason, MemoryVerdict memory = {})
         : runtime_(std::move(runtime)), agents_(std::move(agents)), page_(host_page_size()),
-          budget_(budget), availability_{runtime_ != nullptr, std::move(reason)} {}
+          budget_(budget), availability_{runtime_ != nullptr, std::move(reason)},
+          memory_(std::move(memory)) {}
 
     ~HsaImporter() override {
         // Every lock must be gone before hsa_shut_down (the Runtime's destructor) and dlclose.
@@ -72,6 +112,8 @@ public:
         // Unknown on real hardware, so conservative: KFD registers the user pointer for write
         // access, and mprotect of a locked range may invalidate it (docs/hsa.md).
         caps.survives_read_only_reprotect = false;
+        caps.device_memory = memory_.memory;
+        caps.device_memory_note = memory_.note;
         return caps;
     }
 
@@ -214,6 +256,7 @@ private:
     const std::uint64_t page_;
     const std::uint64_t budget_;
     const Availability availability_;
+    const MemoryVerdict memory_;
 
     std::mutex mutex_;
     // Keyed by host address; a multimap because hsa_lock_superset() lets an engine lock
@@ -270,8 +313,14 @@ Result<std::unique_ptr<Importer>> make_hsa_importer(const HsaImporterParams& par
             agents.push_back(hsa_agent_t{params.agents[i]});
         }
     }
+    MemoryVerdict memory = classify_agents(known.value(), agents);
+    if (params.device_memory != DeviceMemory::unknown)
+        memory = {params.device_memory,
+                  fmt::format("HsaImporterParams::device_memory; the runtime says {}: {}",
+                              to_string(memory.memory), memory.note)};
     return std::unique_ptr<Importer>(std::make_unique<HsaImporter>(
-        std::move(runtime).value(), std::move(agents), params.lock_budget_bytes, std::string{}));
+        std::move(runtime).value(), std::move(agents), params.lock_budget_bytes, std::string{},
+        std::move(memory)));
 }
 
 std::unique_ptr<Importer> create_default_hsa_importer() {

@@ -77,6 +77,27 @@ std::string Runtime::describe(hsa_status_t status) const {
     return fmt::format("HSA status {:#x} (no status string)", static_cast<unsigned>(status));
 }
 
+namespace {
+
+// Attribute and bit of runtimes after ROCm 5.2 (its headers lack them; its runtime answers
+// HSA_STATUS_ERROR_INVALID_ARGUMENT): HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES, a uint8_t[8] bit set
+// read with hsa_flag_isset64, and HSA_AMD_MEMORY_PROPERTY_AGENT_IS_APU, bit index 1.
+constexpr int memory_properties_attribute = 0xA114;
+constexpr unsigned is_apu_bit = 1;
+
+// What the agent says about how it reaches host memory, into `info`.
+void read_memory_facts(const Api& api, hsa_agent_t agent, Runtime::AgentInfo& info) {
+    hsa_profile_t profile = HSA_PROFILE_BASE;
+    info.full_profile = api.agent_get_info(agent, HSA_AGENT_INFO_PROFILE, &profile) ==
+                            HSA_STATUS_SUCCESS && profile == HSA_PROFILE_FULL;
+    std::array<std::uint8_t, 8> bits{};
+    if (api.agent_get_info(agent, static_cast<hsa_agent_info_t>(memory_properties_attribute),
+                           bits.data()) == HSA_STATUS_SUCCESS)
+        info.is_apu = ((bits[is_apu_bit / 8] >> (is_apu_bit % 8)) & 1u) != 0;
+}
+
+} // namespace
+
 Result<std::vector<Runtime::AgentInfo>> Runtime::agents() const {
     struct Collect {
         const Api* api;
@@ -99,6 +120,7 @@ Result<std::vector<Runtime::AgentInfo>> Runtime::agents() const {
             if (c.api->agent_get_info(agent, HSA_AGENT_INFO_NAME, name.data()) ==
                 HSA_STATUS_SUCCESS)
                 info.name.assign(name.data(), strnlen(name.data(), name.size()));
+            read_memory_facts(*c.api, agent, info);
             c.agents.push_back(std::move(info));
             return HSA_STATUS_SUCCESS;
         },

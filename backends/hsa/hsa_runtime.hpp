@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,12 @@ public:
         std::uint64_t handle = 0;
         bool is_gpu = false;
         std::string name;  ///< HSA_AGENT_INFO_NAME, e.g. "gfx1151"; empty if the query failed
+        /// HSA_AGENT_INFO_PROFILE is FULL: ROCr reports it for a KFD node with CPU cores (an APU
+        /// of the Kaveri/Carrizo kind), and ROCclr then treats host memory as unified.
+        bool full_profile = false;
+        /// HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES' AGENT_IS_APU bit; nullopt when the runtime
+        /// does not know the attribute (ROCm 5.2 does not).
+        std::optional<bool> is_apu;
     };
     /// Every agent, in the runtime's order; an error names the failing status.
     Result<std::vector<AgentInfo>> agents() const;

@@ -96,6 +96,7 @@ std::string VulkanImporter::read_properties(const InstanceFns& fns) {
     fns.get_properties(params_.physical_device, &properties);
     facts_.device_name = properties.deviceName;
     facts_.api_version = properties.apiVersion;
+    facts_.device_type = properties.deviceType;
     facts_.max_storage_buffer_range = properties.limits.maxStorageBufferRange;
     fns.get_memory_properties(params_.physical_device, &memory_properties_);
     facts_.memory_type_count = memory_properties_.memoryTypeCount;
@@ -104,6 +105,8 @@ std::string VulkanImporter::read_properties(const InstanceFns& fns) {
         facts_.memory_type_heap_size[i] =
             memory_properties_.memoryHeaps[memory_properties_.memoryTypes[i].heapIndex].size;
     }
+    device_memory_ = vulkan::classify_device_memory(properties.deviceType, memory_properties_,
+                                                    facts_.device_name);
     if (properties.apiVersion < VK_API_VERSION_1_1)
         return fmt::format("physical device '{}' is Vulkan {}; the importer needs 1.1 "
                            "(external memory is core there)",
@@ -288,6 +291,8 @@ ImporterCaps VulkanImporter::caps() const {
     caps.survives_read_only_reprotect = survives_read_only_reprotect_;
     caps.refuses_file_pages = refuses_file_pages_;
     caps.file_pages_note = file_pages_note_;
+    caps.device_memory = device_memory_.memory;
+    caps.device_memory_note = device_memory_.note;
     return caps;
 }
 

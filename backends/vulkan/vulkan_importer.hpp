@@ -15,6 +15,8 @@
 
 #include <vulkan/vulkan_core.h>
 
+#include "vulkan_device_memory.hpp"
+
 #include "weightmap/backends/vulkan.hpp"
 #include "weightmap/importer.hpp"
 
@@ -222,6 +224,7 @@ private:
     std::string driver_name_; // VkPhysicalDeviceDriverProperties::driverName; empty if unknown
     bool refuses_file_pages_ = false; // set once the probe saw the driver refuse file pages
     std::string file_pages_note_;     // why, when refuses_file_pages_ is set
+    vulkan::DeviceMemoryVerdict device_memory_; // from the device type and heaps
 
     std::atomic<bool> device_lost_{false};
     std::atomic<std::uint32_t> last_host_pointer_bits_{0};

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "weightmap/export.h"
+#include "weightmap/import_policy.hpp"
 #include "weightmap/result.hpp"
 
 namespace wm {
@@ -42,6 +43,13 @@ struct ImporterCaps {
     bool refuses_file_pages = false;
     /// Why refuses_file_pages is set: the driver and what its probe returned. Empty otherwise.
     std::string file_pages_note;
+    /// How the device reaches imported memory (import_policy.hpp): what decides, under the
+    /// default ImportPolicy::unified_only, whether the target imports at all. Unknown by
+    /// default, which falls back: an importer must say unified for its imports to be planned.
+    DeviceMemory device_memory = DeviceMemory::unknown;
+    /// What device_memory was read from, for messages: "VkPhysicalDeviceType INTEGRATED_GPU",
+    /// "HSA_AGENT_INFO_PROFILE BASE, SVM_DIRECT_HOST_ACCESS false". May be empty.
+    std::string device_memory_note;
 };
 
 /// Whether an importer can be used on this machine, and why not.

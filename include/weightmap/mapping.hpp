@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "weightmap/export.h"
+#include "weightmap/import_policy.hpp"
 #include "weightmap/importer.hpp"
 #include "weightmap/mapped_file.hpp"
 #include "weightmap/result.hpp"
@@ -49,9 +50,12 @@ struct MappingDecision {
 /// caps().needs_writable_mapping and every file can be opened O_RDWR (probed with open(2), which
 /// — unlike access(W_OK) for root — also sees read-only mounts). An empty `importers` means the
 /// registry's defaults (upstream's first version only walked the explicit list and so never saw
-/// the capability). Never fails: an unreadable file is the mapping's error, not the decision's.
+/// the capability). An importer whose caps `policy` refuses (a discrete or unknown device under
+/// unified_only: it will not import) does not count. Never fails: an unreadable file is the
+/// mapping's error, not the decision's.
 WM_API MappingDecision decide_mapping(Span<const std::string> paths,
-                               Span<Importer* const> importers);
+                                      Span<Importer* const> importers,
+                                      ImportPolicy policy = ImportPolicy::unified_only);
 
 enum class AccessHint { normal, random, sequential };
 

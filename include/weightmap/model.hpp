@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct TargetDesc {
     std::string name;          ///< engine's label, e.g. "Vulkan0", "CPU"
     std::string importer_key;  ///< importer identity, e.g. its name(); empty: the target's name
     ImporterCaps caps;         ///< of the importer that serves this target
+    /// When this target imports; nullopt: PlanOptions::import_policy.
+    std::optional<ImportPolicy> import_policy = std::nullopt;
 };
 
 /// One weight tensor as the engine placed it.

@@ -82,7 +82,19 @@ struct PlanOptions {
     /// A/B switch. nullopt: read WEIGHTMAP_IMPORT from the environment ("0" disables).
     /// false: every non-CPU region falls back, so one engine build measures both arms.
     std::optional<bool> import_enabled;
+    /// When non-CPU targets import (a target's own TargetDesc::import_policy overrides it). The
+    /// default imports only where the importer reports DeviceMemory::unified; a region of any
+    /// other target falls back whole, saying why and how to import anyway.
+    ImportPolicy import_policy = ImportPolicy::unified_only;
 };
+
+/// The policy that decides for `target`: its own, else the options'.
+WM_API ImportPolicy effective_import_policy(const TargetDesc& target,
+                                            const PlanOptions& options) noexcept;
+
+/// Why a target served by an importer of `caps` may not import under `policy` (empty when it
+/// may): the reason its regions fall back with. CPU targets always may.
+WM_API std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy);
 
 enum class Decision { import, fallback };
 WM_API const char* to_string(Decision decision) noexcept;
@@ -140,6 +152,9 @@ struct PlanTotals {
 
 struct Plan {
     PlanMode mode = PlanMode::runs;
+    /// PlanOptions::import_policy, which the executor applies again to the caps the importers
+    /// report when it runs (a plan made from what-if caps never imports on a discrete device).
+    ImportPolicy import_policy = ImportPolicy::unified_only;
     std::uint64_t page_size = 0;
     std::vector<PlanRegion> regions;       ///< ordered by (target, file)
     std::vector<TensorPlacement> tensors;  ///< parallel to ModelDesc::tensors

@@ -90,6 +90,33 @@ WM_API void wm_set_log_callback(wm_log_fn log, void* user);
 
 typedef struct wm_importer wm_importer;
 
+/* How the device an importer serves reaches imported memory (import_policy.hpp). */
+typedef enum wm_device_memory {
+    /* The importer cannot tell: under WM_IMPORT_POLICY_UNIFIED_ONLY its regions fall back. */
+    WM_DEVICE_MEMORY_UNKNOWN = 0,
+    /* The device's memory is host memory (an APU, GB10, Jetson; lavapipe; the CPU). */
+    WM_DEVICE_MEMORY_UNIFIED = 1,
+    /* Own memory behind a bus: an imported weight is read over PCIe on every use. */
+    WM_DEVICE_MEMORY_DISCRETE = 2
+} wm_device_memory;
+
+/* When a non-CPU target imports. */
+typedef enum wm_import_policy {
+    /* wm_model_set_target_import_policy only: the plan options' policy decides. */
+    WM_IMPORT_POLICY_FROM_OPTIONS = -1,
+    /* The default: import only on a device that reports WM_DEVICE_MEMORY_UNIFIED. */
+    WM_IMPORT_POLICY_UNIFIED_ONLY = 0,
+    /* Import wherever the importer accepts, a discrete card included. */
+    WM_IMPORT_POLICY_ALWAYS = 1,
+    /* Never import: every region falls back. */
+    WM_IMPORT_POLICY_NEVER = 2
+} wm_import_policy;
+
+/* "unknown", "unified", "discrete"; "?" for any other value. Static strings. */
+WM_API const char* wm_device_memory_name(wm_device_memory memory);
+/* "unified_only", "always", "never", "from_options"; "?" for any other value. */
+WM_API const char* wm_import_policy_name(wm_import_policy policy);
+
 /* What an importer needs and can do (importer.hpp's ImporterCaps). */
 typedef struct wm_importer_caps {
     uint32_t struct_size;
@@ -111,6 +138,13 @@ typedef struct wm_importer_caps {
     /* Why refuses_file_pages is set; "" or NULL otherwise. Copied when passed in; from
      * wm_importer_get_caps owned by the importer, valid until its next get_caps or destroy. */
     const char* file_pages_note;
+    /* How the device reaches imported memory; default WM_DEVICE_MEMORY_UNKNOWN, which the
+     * default policy does not import: an engine importer says UNIFIED for an integrated GPU
+     * (ggml: GGML_BACKEND_DEVICE_TYPE_IGPU). Added after the first version: a struct_size that
+     * ends before it keeps the default. */
+    wm_device_memory device_memory;
+    /* What device_memory was read from, for messages; "" or NULL. Owned like file_pages_note. */
+    const char* device_memory_note;
 } wm_importer_caps;
 
 /* One imported range (importer.hpp's ImportedBuffer). Frozen layout. An engine importer may keep
@@ -222,6 +256,10 @@ WM_API wm_status wm_model_add_target_caps(wm_model* model, const char* name,
 WM_API wm_status wm_model_add_tensor(wm_model* model, const char* name, uint32_t file,
                                      uint64_t offset, uint64_t size, uint32_t target,
                                      uint32_t* index);
+/* Sets when target `target` imports: a wm_import_policy, or WM_IMPORT_POLICY_FROM_OPTIONS (the
+ * default) to let the plan options decide. */
+WM_API wm_status wm_model_set_target_import_policy(wm_model* model, uint32_t target,
+                                                   wm_import_policy policy);
 WM_API uint32_t wm_model_file_count(const wm_model* model);
 WM_API uint32_t wm_model_target_count(const wm_model* model);
 WM_API uint32_t wm_model_tensor_count(const wm_model* model);
@@ -247,6 +285,9 @@ typedef struct wm_plan_options {
     /* The A/B switch: -1 (default) reads WEIGHTMAP_IMPORT ("0" disables); 0: every non-CPU
      * region falls back; 1: import. */
     int32_t import_enabled;
+    /* When non-CPU targets import (a target's own policy, wm_model_set_target_import_policy,
+     * overrides it); default WM_IMPORT_POLICY_UNIFIED_ONLY. Added after the first version. */
+    wm_import_policy import_policy;
 } wm_plan_options;
 
 /* Fills the defaults and struct_size. */
@@ -399,10 +440,18 @@ typedef struct wm_mapping_decision wm_mapping_decision;
 /* Decides how to map a model of `paths` (all shards) for `importers` (importer_count 0: the
  * registry's defaults): writable shared only when an available non-CPU importer needs writable
  * pages and every file opens O_RDWR (a real open(2), which sees read-only mounts even as root).
- * Never private-writable. Fails only for bad arguments. */
+ * Never private-writable. Importers that WM_IMPORT_POLICY_UNIFIED_ONLY will not let import (a
+ * discrete or unknown device) do not count. Fails only for bad arguments. */
 WM_API wm_status wm_decide_mapping(const char* const* paths, uint32_t path_count,
                                    wm_importer* const* importers, uint32_t importer_count,
                                    wm_mapping_decision** out);
+/* wm_decide_mapping under `policy` (not WM_IMPORT_POLICY_FROM_OPTIONS): pass the policy the plan
+ * will use, so a discrete card planned with WM_IMPORT_POLICY_ALWAYS gets the writable mapping
+ * its importer needs. */
+WM_API wm_status wm_decide_mapping_for_policy(const char* const* paths, uint32_t path_count,
+                                              wm_importer* const* importers,
+                                              uint32_t importer_count, wm_import_policy policy,
+                                              wm_mapping_decision** out);
 WM_API void wm_mapping_decision_destroy(wm_mapping_decision* decision);
 WM_API wm_mapping_access wm_mapping_decision_access(const wm_mapping_decision* decision);
 /* One line: which importer asked for writable pages and whether every file allowed it. */

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -116,10 +117,16 @@ long long raw_enum(const Enum& value) noexcept {
 }
 
 // The smallest struct_size each struct accepts: its size in the first version of weightmap.h.
-// Every struct is still at its first version, so that is sizeof today; when a field is added,
-// the value here stays and the new field gets its default for older callers.
+// A struct still at its first version has sizeof; when a field is added, the value here stays
+// (the offset of the first added field) and the new field gets its default for older callers.
 template <class T>
 inline constexpr std::size_t first_version_size = sizeof(T);
+template <>
+inline constexpr std::size_t first_version_size<wm_importer_caps> =
+    offsetof(wm_importer_caps, device_memory);
+template <>
+inline constexpr std::size_t first_version_size<wm_plan_options> =
+    offsetof(wm_plan_options, import_policy);
 
 /// Checks the caller's struct_size of `in` (named `what` in messages).
 template <class T>

@@ -80,6 +80,20 @@ const char* wm_status_name(wm_status status) {
     return "unknown";
 }
 
+// Through raw_enum: C may pass any int, which a switch over the enum type must not see.
+const char* wm_device_memory_name(wm_device_memory memory) {
+    const long long raw = raw_enum(memory);
+    if (raw < WM_DEVICE_MEMORY_UNKNOWN || raw > WM_DEVICE_MEMORY_DISCRETE) return "?";
+    return wm::to_string(static_cast<wm::DeviceMemory>(raw));
+}
+
+const char* wm_import_policy_name(wm_import_policy policy) {
+    const long long raw = raw_enum(policy);
+    if (raw == WM_IMPORT_POLICY_FROM_OPTIONS) return "from_options";
+    if (raw < WM_IMPORT_POLICY_UNIFIED_ONLY || raw > WM_IMPORT_POLICY_NEVER) return "?";
+    return wm::to_string(static_cast<wm::ImportPolicy>(raw));
+}
+
 const char* wm_last_error(void) { return last_error.c_str(); }
 
 uint32_t wm_version(void) { return WM_VERSION_NUMBER; }

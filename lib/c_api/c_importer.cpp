@@ -18,6 +18,12 @@ ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
     out.refuses_file_pages = caps.refuses_file_pages;
     if (caps.file_pages_note != nullptr) out.file_pages_note = caps.file_pages_note;
+    // Any value C passed that is not a wm_device_memory counts as unknown: the safe answer.
+    const long long memory = raw_enum(caps.device_memory);
+    out.device_memory = memory == WM_DEVICE_MEMORY_UNIFIED    ? DeviceMemory::unified
+                        : memory == WM_DEVICE_MEMORY_DISCRETE ? DeviceMemory::discrete
+                                                              : DeviceMemory::unknown;
+    if (caps.device_memory_note != nullptr) out.device_memory_note = caps.device_memory_note;
     return out;
 }
 
@@ -32,6 +38,9 @@ wm_importer_caps caps_to_c(const ImporterCaps& caps) {
     out.refuses_file_pages = caps.refuses_file_pages;
     // An empty note is the literal "", so caps of a temporary never leave a dangling pointer.
     out.file_pages_note = caps.file_pages_note.empty() ? "" : caps.file_pages_note.c_str();
+    out.device_memory = static_cast<wm_device_memory>(caps.device_memory);
+    out.device_memory_note =
+        caps.device_memory_note.empty() ? "" : caps.device_memory_note.c_str();
     return out;
 }
 

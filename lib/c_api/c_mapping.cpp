@@ -63,6 +63,13 @@ extern "C" {
 wm_status wm_decide_mapping(const char* const* paths, uint32_t path_count,
                             wm_importer* const* importers, uint32_t importer_count,
                             wm_mapping_decision** out) {
+    return wm_decide_mapping_for_policy(paths, path_count, importers, importer_count,
+                                        WM_IMPORT_POLICY_UNIFIED_ONLY, out);
+}
+
+wm_status wm_decide_mapping_for_policy(const char* const* paths, uint32_t path_count,
+                                       wm_importer* const* importers, uint32_t importer_count,
+                                       wm_import_policy policy, wm_mapping_decision** out) {
     static constexpr const char* fn = "wm_decide_mapping";
     return guarded(fn, [&] {
         wm_status status = WM_OK;
@@ -71,6 +78,11 @@ wm_status wm_decide_mapping(const char* const* paths, uint32_t path_count,
             return status;
         std::vector<std::string> files;
         if (status = paths_from_c(fn, paths, path_count, files); status != WM_OK) return status;
+        const long long raw = raw_enum(policy);
+        if (raw < WM_IMPORT_POLICY_UNIFIED_ONLY || raw > WM_IMPORT_POLICY_NEVER)
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": policy " + std::to_string(raw) +
+                            " is not a wm_import_policy (0 unified_only, 1 always, 2 never)");
         std::vector<wm::Importer*> list;
         for (uint32_t i = 0; i < importer_count; ++i) {
             if (importers[i] == nullptr)
@@ -79,7 +91,8 @@ wm_status wm_decide_mapping(const char* const* paths, uint32_t path_count,
             list.push_back(importers[i]->importer.get());
         }
         auto handle = std::make_unique<wm_mapping_decision>();
-        handle->decision = wm::decide_mapping(files, list);
+        handle->decision =
+            wm::decide_mapping(files, list, static_cast<wm::ImportPolicy>(raw));
         *out = handle.release();
         return WM_OK;
     });

@@ -35,6 +35,12 @@ wm_status plan_options_from_c(const wm_plan_options* in, PlanOptions& options) {
         return fail(WM_ERROR_INVALID_ARGUMENT,
                     std::string(fn) + ": options->import_enabled is " +
                         std::to_string(c.import_enabled) + " (-1: from the environment, 0, 1)");
+    const long long policy = raw_enum(c.import_policy);
+    if (policy < WM_IMPORT_POLICY_UNIFIED_ONLY || policy > WM_IMPORT_POLICY_NEVER)
+        return fail(WM_ERROR_INVALID_ARGUMENT,
+                    std::string(fn) + ": options->import_policy " + std::to_string(policy) +
+                        " is not a wm_import_policy (0 unified_only, 1 always, 2 never)");
+    options.import_policy = static_cast<ImportPolicy>(policy);
     options.mode = static_cast<PlanMode>(c.mode);
     options.page_size = c.page_size;
     options.merge_gap = c.merge_gap;
@@ -103,9 +109,38 @@ wm_status wm_model_add_target_caps(wm_model* model, const char* name, const char
         target.name = or_empty(name);
         target.importer_key = or_empty(importer_key);
         if (target.importer_key.empty()) target.importer_key = target.name;
-        target.caps = caps_from_c(read_struct(*caps, caps_to_c(wm::ImporterCaps{})));
+        const wm_importer_caps c = read_struct(*caps, caps_to_c(wm::ImporterCaps{}));
+        const long long memory = raw_enum(c.device_memory);
+        if (memory < WM_DEVICE_MEMORY_UNKNOWN || memory > WM_DEVICE_MEMORY_DISCRETE)
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": caps->device_memory " + std::to_string(memory) +
+                            " is not a wm_device_memory (0 unknown, 1 unified, 2 discrete)");
+        target.caps = caps_from_c(c);
         model->desc.targets.push_back(std::move(target));
         put_index(index, model->desc.targets.size() - 1);
+        return WM_OK;
+    });
+}
+
+wm_status wm_model_set_target_import_policy(wm_model* model, uint32_t target,
+                                            wm_import_policy policy) {
+    static constexpr const char* fn = "wm_model_set_target_import_policy";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(model, fn, "model", status)) return status;
+        if (target >= model->desc.targets.size())
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": target " + std::to_string(target) + " of " +
+                            std::to_string(model->desc.targets.size()));
+        const long long raw = raw_enum(policy);
+        if (raw < WM_IMPORT_POLICY_FROM_OPTIONS || raw > WM_IMPORT_POLICY_NEVER)
+            return fail(WM_ERROR_INVALID_ARGUMENT,
+                        std::string(fn) + ": policy " + std::to_string(raw) +
+                            " is not a wm_import_policy (-1 from_options, 0 unified_only, "
+                            "1 always, 2 never)");
+        auto& slot = model->desc.targets[target].import_policy;
+        if (raw == WM_IMPORT_POLICY_FROM_OPTIONS) slot.reset();
+        else slot = static_cast<wm::ImportPolicy>(raw);
         return WM_OK;
     });
 }
@@ -149,7 +184,8 @@ void wm_plan_options_init(wm_plan_options* options) {
                                defaults.page_size,
                                defaults.merge_gap,
                                defaults.max_imports_per_region,
-                               -1};
+                               -1,
+                               static_cast<wm_import_policy>(defaults.import_policy)};
 }
 
 wm_status wm_plan_create(const wm_model* model, const wm_plan_options* options, wm_plan** out) {

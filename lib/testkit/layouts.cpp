@@ -50,6 +50,7 @@ ModelDesc write(const std::string& stem, const std::vector<Pending>& tensors,
     TargetDesc device{"GPU0", "hsa", {}};
     device.caps.alignment = 4096;
     device.caps.needs_writable_mapping = true;
+    device.caps.device_memory = DeviceMemory::unified; // the APU these layouts come from
     TargetDesc cpu{"CPU", "cpu", {}};
     cpu.caps.is_cpu = true;
     model.targets = {device, cpu};
@@ -213,6 +214,7 @@ Layout adversarial_gaps(std::size_t count) {
     ModelDesc& m = layout.model;
     TargetDesc device{"GPU0", "hsa", {}};
     device.caps.alignment = 4096;
+    device.caps.device_memory = DeviceMemory::unified;
     TargetDesc cpu{"CPU", "cpu", {}};
     cpu.caps.is_cpu = true;
     m.targets = {device, cpu};

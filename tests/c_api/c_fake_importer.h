@@ -26,6 +26,8 @@ typedef struct c_fake {
     bool needs_writable_mapping;
     bool survives_read_only_reprotect;
     bool is_cpu;
+    wm_device_memory device_memory; /* default WM_DEVICE_MEMORY_UNIFIED (the policy imports) */
+    const char* device_memory_note;
     int refuse_at;               /* refuse the N-th import call (1-based); 0: never */
     wm_status refuse_status;     /* default WM_ERROR_IMPORT_FAILED */
     const char* refuse_reason;
@@ -58,6 +60,7 @@ typedef struct c_fake {
 static inline void c_fake_init(c_fake* f) {
     memset(f, 0, sizeof *f);
     f->alignment = 1;
+    f->device_memory = WM_DEVICE_MEMORY_UNIFIED;
     f->refuse_status = WM_ERROR_IMPORT_FAILED;
     f->refuse_reason = "fake importer refuses";
     f->read_back_status = WM_ERROR_IO;
@@ -85,13 +88,16 @@ static inline void c_fake_caps(void* user, wm_importer_caps* caps) {
     ++f->caps_calls;
     f->caps_struct_size = caps->struct_size;
     if (caps->alignment != 1 || caps->max_import_size != 0 || caps->needs_writable_mapping ||
-        caps->is_cpu || caps->survives_read_only_reprotect)
+        caps->is_cpu || caps->survives_read_only_reprotect ||
+        caps->device_memory != WM_DEVICE_MEMORY_UNKNOWN)
         ++f->caps_not_default;
     caps->alignment = f->alignment;
     caps->max_import_size = f->max_import_size;
     caps->needs_writable_mapping = f->needs_writable_mapping;
     caps->survives_read_only_reprotect = f->survives_read_only_reprotect;
     caps->is_cpu = f->is_cpu;
+    caps->device_memory = f->device_memory;
+    caps->device_memory_note = f->device_memory_note;
 }
 
 static inline bool c_fake_available(void* user, char* reason, size_t reason_size) {

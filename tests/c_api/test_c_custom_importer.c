@@ -452,6 +452,77 @@ static void case_unavailable_importer_makes_every_region_fall_back(void) {
     world_close(&w);
 }
 
+/* The policy reads the device kind the engine's importer reports: a discrete or unknown device
+ * falls back under the default policy with the reason, WM_IMPORT_POLICY_ALWAYS imports it, and a
+ * target set to NEVER falls back whatever the device. */
+static void case_device_memory_and_policy_decide_the_import(void) {
+    const struct {
+        wm_device_memory memory;
+        wm_import_policy options_policy;
+        wm_import_policy target_policy;
+        bool imports;
+        const char* why;
+    } cases[] = {
+        {WM_DEVICE_MEMORY_UNIFIED, WM_IMPORT_POLICY_UNIFIED_ONLY, WM_IMPORT_POLICY_FROM_OPTIONS, true, NULL},
+        {WM_DEVICE_MEMORY_DISCRETE, WM_IMPORT_POLICY_UNIFIED_ONLY, WM_IMPORT_POLICY_FROM_OPTIONS, false,
+         "discrete device (fake PCIe card): imported weights would be read over the bus"},
+        {WM_DEVICE_MEMORY_UNKNOWN, WM_IMPORT_POLICY_UNIFIED_ONLY, WM_IMPORT_POLICY_FROM_OPTIONS, false,
+         "device memory unknown"},
+        {WM_DEVICE_MEMORY_DISCRETE, WM_IMPORT_POLICY_ALWAYS, WM_IMPORT_POLICY_FROM_OPTIONS, true, NULL},
+        {WM_DEVICE_MEMORY_DISCRETE, WM_IMPORT_POLICY_UNIFIED_ONLY, WM_IMPORT_POLICY_ALWAYS, true, NULL},
+        {WM_DEVICE_MEMORY_UNIFIED, WM_IMPORT_POLICY_ALWAYS, WM_IMPORT_POLICY_NEVER, false,
+         "import_policy=never"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        world w;
+        REQUIRE(world_open(&w));
+        w.fake.device_memory = cases[i].memory;
+        w.fake.device_memory_note = "fake PCIe card";
+        REQUIRE(world_build(&w));
+        REQUIRE_OK(wm_model_set_target_import_policy(w.model, T_GPU, cases[i].target_policy));
+        wm_plan_destroy(w.plan);
+        w.plan = NULL;
+        wm_plan_options o;
+        wm_plan_options_init(&o);
+        o.import_enabled = 1;
+        o.import_policy = cases[i].options_policy;
+        REQUIRE_OK(wm_plan_create(w.model, &o, &w.plan));
+        wm_placement* placement = NULL;
+        REQUIRE_OK(world_execute(&w, NULL, &placement));
+        if (cases[i].imports) {
+            check_file_imported(&w, placement, 0);
+            check_file_imported(&w, placement, 1);
+        } else {
+            check_file_fell_back(placement, 0, cases[i].why);
+            check_file_fell_back(placement, 1, cases[i].why);
+            CHECK_EQ(w.fake.import_calls, 0);
+        }
+        check_cpu_imported(placement);
+        check_totals(placement, cases[i].imports, cases[i].imports);
+        wm_placement_destroy(placement);
+        world_close(&w);
+    }
+}
+
+/* A plan made while the importer said unified is executed after it says discrete (a plan from
+ * what-if caps, say): the executor applies the plan's policy to the caps it sees now. */
+static void case_executor_applies_the_policy_to_the_live_caps(void) {
+    world w;
+    REQUIRE(world_open(&w));
+    REQUIRE(world_build(&w)); /* planned as unified: both device regions import */
+    w.fake.device_memory = WM_DEVICE_MEMORY_DISCRETE;
+    wm_execute_options o = logging(&w);
+    wm_placement* placement = NULL;
+    REQUIRE_OK(world_execute(&w, &o, &placement));
+    CHECK_EQ(w.fake.import_calls, 0);
+    check_file_fell_back(placement, 0, "fake-gpu importer: discrete device");
+    check_file_fell_back(placement, 1, "fake-gpu importer: discrete device");
+    check_cpu_imported(placement);
+    CHECK(c_log_has(&w.log, WM_LOG_WARNING, "import_policy=always to import anyway"));
+    wm_placement_destroy(placement);
+    world_close(&w);
+}
+
 static void case_read_back_goes_through_the_vtable(void) {
     world w;
     REQUIRE(world_open(&w));
@@ -563,6 +634,8 @@ int main(void) {
     C_RUN(case_an_importer_that_moves_the_range_is_refused_and_released);
     C_RUN(case_unavailable_importer_makes_every_region_fall_back);
     C_RUN(case_read_back_goes_through_the_vtable);
+    C_RUN(case_device_memory_and_policy_decide_the_import);
+    C_RUN(case_executor_applies_the_policy_to_the_live_caps);
     C_RUN(case_abort_from_progress_leaves_nothing_imported);
     return c_check_finish();
 }

@@ -339,7 +339,8 @@ static void case_importer_handle_errors(void) {
     CHECK_INVALID(wm_importer_get_caps(w.cpu, NULL), "wm_importer_get_caps");
     FILL(caps, 0);
     CHECK_INVALID_OUT(wm_importer_get_caps(w.cpu, &caps), "wm_importer_get_caps", caps);
-    FILL(caps, sizeof caps - 1);
+    /* The first version ended before device_memory: one byte less than that is no version. */
+    FILL(caps, offsetof(wm_importer_caps, device_memory) - 1);
     CHECK_INVALID_OUT(wm_importer_get_caps(w.cpu, &caps), "wm_importer_get_caps", caps);
     const char* reason = "untouched";
     CHECK(!wm_importer_available(NULL, &reason));
@@ -400,8 +401,12 @@ static void case_model_errors(void) {
     CHECK_INVALID(wm_model_add_target_caps(model, "GPU", NULL, NULL, &index), "wm_model_add_target_caps");
     caps.struct_size = 0;
     CHECK_INVALID(wm_model_add_target_caps(model, "GPU", NULL, &caps, &index), "wm_model_add_target_caps");
-    caps.struct_size = sizeof caps - 1;
+    caps.struct_size = (uint32_t)offsetof(wm_importer_caps, device_memory) - 1;
     CHECK_INVALID(wm_model_add_target_caps(model, "GPU", NULL, &caps, &index), "wm_model_add_target_caps");
+    caps.struct_size = sizeof caps;
+    caps.device_memory = (wm_device_memory)7;
+    CHECK_INVALID(wm_model_add_target_caps(model, "GPU", NULL, &caps, &index), "wm_model_add_target_caps");
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED;
     CHECK_EQ(index, 0xDEADBEEF);
     caps.struct_size = sizeof caps;
     REQUIRE_OK(wm_model_add_target(model, "CPU", cpu, NULL));
@@ -446,6 +451,7 @@ static wm_model* plan_model(uint64_t file_size, uint64_t offset, uint64_t size, 
     memset(&caps, 0, sizeof caps);
     caps.struct_size = sizeof caps;
     caps.alignment = 1;
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED;
     if (wm_model_create(&model) != WM_OK) return NULL;
     if (wm_model_add_file(model, "model.gguf", file_size, NULL) != WM_OK ||
         wm_model_add_target_caps(model, "GPU", NULL, &caps, NULL) != WM_OK ||
@@ -467,7 +473,14 @@ static void case_plan_create_errors(void) {
     CHECK_INVALID(wm_plan_create(model, &o, NULL), "wm_plan_create");
     o.struct_size = 0;
     CHECK_INVALID(wm_plan_create(model, &o, &plan), "wm_plan_create");
-    o.struct_size = sizeof o - 1;
+    /* The first version ended before import_policy: one byte less is no version at all. */
+    o.struct_size = (uint32_t)offsetof(wm_plan_options, import_policy) - 1;
+    CHECK_INVALID(wm_plan_create(model, &o, &plan), "wm_plan_create");
+    wm_plan_options_init(&o);
+    o.import_policy = (wm_import_policy)3;
+    CHECK_INVALID(wm_plan_create(model, &o, &plan), "wm_plan_create");
+    CHECK_CONTAINS(wm_last_error(), "import_policy 3");
+    o.import_policy = WM_IMPORT_POLICY_FROM_OPTIONS; /* only for a target */
     CHECK_INVALID(wm_plan_create(model, &o, &plan), "wm_plan_create");
     wm_plan_options_init(&o);
     o.page_size = 3000;

@@ -64,6 +64,7 @@ static wm_model* make_model(const fixture* fx, uint32_t orphan_target) {
     memset(&caps, 0, sizeof caps);
     caps.struct_size = sizeof caps;
     caps.alignment = 1;
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED;
     bool ok = wm_model_add_file(model, fx->path[0], file_size[0], NULL) == WM_OK &&
               wm_model_add_file(model, fx->path[1], file_size[1], NULL) == WM_OK &&
               wm_model_add_target(model, "CPU-A", fx->cpu_a, NULL) == WM_OK &&

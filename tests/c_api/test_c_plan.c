@@ -23,6 +23,7 @@ static wm_importer_caps device_caps(uint64_t alignment, uint64_t max_import_size
     caps.struct_size = sizeof caps;
     caps.alignment = alignment;
     caps.max_import_size = max_import_size;
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED;
     return caps;
 }
 
@@ -109,6 +110,7 @@ static void case_plan_options_init_fills_the_defaults(void) {
     CHECK_EQ(o.merge_gap, MiB);
     CHECK_EQ(o.max_imports_per_region, 256);
     CHECK_EQ((uint64_t)(int64_t)o.import_enabled, (uint64_t)(int64_t)-1);
+    CHECK(o.import_policy == WM_IMPORT_POLICY_UNIFIED_ONLY);
 
     wm_execute_options e;
     memset(&e, 0xA5, sizeof e);
@@ -684,6 +686,112 @@ static void case_regions_are_ordered_by_target_then_file(void) {
     wm_plan_destroy(plan);
 }
 
+/* One dense region on a what-if target of `caps`: its decision and reason. */
+static void plan_dense_into(const wm_importer_caps* caps, const wm_plan_options* o,
+                            wm_import_policy target_policy, int* decision, char* reason,
+                            size_t reason_size) {
+    wm_model* model = NULL;
+    wm_plan* plan = NULL;
+    wm_plan_region region = {.struct_size = sizeof region};
+    REQUIRE_OK(wm_model_create(&model));
+    REQUIRE_OK(wm_model_add_file(model, "dense.gguf", 8 * MiB, NULL));
+    REQUIRE_OK(wm_model_add_target_caps(model, "GPU", NULL, caps, NULL));
+    REQUIRE_OK(wm_model_set_target_import_policy(model, 0, target_policy));
+    for (uint32_t i = 0; i < 8; ++i) REQUIRE_OK(wm_model_add_tensor(model, "t", 0, i * MiB, MiB, 0, NULL));
+    REQUIRE_OK(wm_plan_create(model, o, &plan));
+    REQUIRE_OK(wm_plan_get_region(plan, 0, &region));
+    *decision = (int)region.decision;
+    snprintf(reason, reason_size, "%s", region.reason);
+    wm_plan_destroy(plan);
+    wm_model_destroy(model);
+}
+
+/* The decision of plan_dense_into; -1 when it could not plan (it reported why). */
+static int plan_dense(const wm_importer_caps* caps, const wm_plan_options* o,
+                      wm_import_policy target_policy, char* reason, size_t reason_size) {
+    int decision = -1;
+    reason[0] = '\0';
+    plan_dense_into(caps, o, target_policy, &decision, reason, reason_size);
+    return decision;
+}
+
+/* What-if caps plan as the device kind says; a target's own policy overrides the options';
+ * FROM_OPTIONS restores them. */
+static void case_device_memory_and_policy_shape_the_plan(void) {
+    wm_importer_caps caps = device_caps(1, 0);
+    wm_plan_options o = options(WM_PLAN_RUNS);
+    char reason[512];
+    caps.device_memory = WM_DEVICE_MEMORY_DISCRETE;
+    caps.device_memory_note = "what-if";
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_FALLBACK);
+    CHECK_CONTAINS(reason, "discrete device (what-if): imported weights would be read over the bus "
+                           "on every use; import_policy=always to import anyway");
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_ALWAYS, reason, sizeof reason) == (int)WM_DECISION_IMPORT);
+    CHECK_CONTAINS(reason, "import_policy=always on a discrete device");
+    o.import_policy = WM_IMPORT_POLICY_ALWAYS;
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_IMPORT);
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_NEVER, reason, sizeof reason) == (int)WM_DECISION_FALLBACK);
+    CHECK_STR_EQ(reason, "import_policy=never");
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED;
+    o.import_policy = WM_IMPORT_POLICY_NEVER;
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_FALLBACK);
+    o.import_policy = WM_IMPORT_POLICY_UNIFIED_ONLY;
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_IMPORT);
+    CHECK(strstr(reason, "import_policy") == NULL);
+    caps.device_memory = WM_DEVICE_MEMORY_UNKNOWN;
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_FALLBACK);
+    CHECK_CONTAINS(reason, "device memory unknown (what-if)");
+}
+
+/* A caller built against the first weightmap.h: its struct_size ends before the added fields,
+ * which keep their defaults (unknown device memory, the unified_only policy). */
+static void case_first_version_structs_get_the_new_defaults(void) {
+    wm_importer_caps caps = device_caps(1, 0);
+    caps.device_memory = WM_DEVICE_MEMORY_UNIFIED; /* past the old struct_size: not read */
+    caps.struct_size = (uint32_t)offsetof(wm_importer_caps, device_memory);
+    wm_plan_options o = options(WM_PLAN_RUNS);
+    o.import_policy = WM_IMPORT_POLICY_ALWAYS; /* past the old struct_size: not read */
+    o.struct_size = (uint32_t)offsetof(wm_plan_options, import_policy);
+    char reason[512];
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_FALLBACK);
+    CHECK_CONTAINS(reason, "device memory unknown");
+    o.struct_size = sizeof o;
+    CHECK(plan_dense(&caps, &o, WM_IMPORT_POLICY_FROM_OPTIONS, reason, sizeof reason) == (int)WM_DECISION_IMPORT);
+
+    wm_importer* cpu = NULL;
+    REQUIRE_OK(wm_importer_create_cpu(&cpu));
+    wm_importer_caps old = {.struct_size = (uint32_t)offsetof(wm_importer_caps, device_memory)};
+    memset((char*)&old + old.struct_size, 0xA5, sizeof old - old.struct_size);
+    REQUIRE_OK(wm_importer_get_caps(cpu, &old));
+    CHECK_EQ(((unsigned char*)&old)[sizeof old - 1], 0xA5); /* nothing written past it */
+    wm_importer_caps now = {.struct_size = sizeof now};
+    REQUIRE_OK(wm_importer_get_caps(cpu, &now));
+    CHECK(now.device_memory == WM_DEVICE_MEMORY_UNIFIED);
+    CHECK(now.device_memory_note != NULL && now.device_memory_note[0] != '\0');
+    wm_importer_destroy(cpu);
+}
+
+static void case_device_memory_and_policy_names(void) {
+    CHECK_STR_EQ(wm_device_memory_name(WM_DEVICE_MEMORY_UNKNOWN), "unknown");
+    CHECK_STR_EQ(wm_device_memory_name(WM_DEVICE_MEMORY_UNIFIED), "unified");
+    CHECK_STR_EQ(wm_device_memory_name(WM_DEVICE_MEMORY_DISCRETE), "discrete");
+    CHECK_STR_EQ(wm_device_memory_name((wm_device_memory)9), "?");
+    CHECK_STR_EQ(wm_import_policy_name(WM_IMPORT_POLICY_UNIFIED_ONLY), "unified_only");
+    CHECK_STR_EQ(wm_import_policy_name(WM_IMPORT_POLICY_ALWAYS), "always");
+    CHECK_STR_EQ(wm_import_policy_name(WM_IMPORT_POLICY_NEVER), "never");
+    CHECK_STR_EQ(wm_import_policy_name(WM_IMPORT_POLICY_FROM_OPTIONS), "from_options");
+    CHECK_STR_EQ(wm_import_policy_name((wm_import_policy)5), "?");
+    wm_model* model = NULL;
+    REQUIRE_OK(wm_model_create(&model));
+    CHECK(wm_model_set_target_import_policy(model, 0, WM_IMPORT_POLICY_NEVER) == WM_ERROR_INVALID_ARGUMENT);
+    const wm_importer_caps caps = device_caps(1, 0);
+    REQUIRE_OK(wm_model_add_target_caps(model, "GPU", NULL, &caps, NULL));
+    CHECK(wm_model_set_target_import_policy(model, 0, (wm_import_policy)3) == WM_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(wm_last_error(), "policy 3");
+    CHECK(wm_model_set_target_import_policy(NULL, 0, WM_IMPORT_POLICY_NEVER) == WM_ERROR_INVALID_ARGUMENT);
+    wm_model_destroy(model);
+}
+
 int main(void) {
     C_RUN(case_model_description_counts_and_indices);
     C_RUN(case_plan_options_init_fills_the_defaults);
@@ -697,5 +805,8 @@ int main(void) {
     C_RUN(case_max_import_size_cuts_at_tensor_boundaries);
     C_RUN(case_import_switch_option_and_environment);
     C_RUN(case_regions_are_ordered_by_target_then_file);
+    C_RUN(case_device_memory_and_policy_shape_the_plan);
+    C_RUN(case_first_version_structs_get_the_new_defaults);
+    C_RUN(case_device_memory_and_policy_names);
     return c_check_finish();
 }

@@ -705,15 +705,25 @@ TEST_CASE("conformance 7: every importer reports its name, capabilities and avai
         if (caps.is_cpu) CHECK_FALSE(caps.needs_writable_mapping); // importer.hpp: only non-CPU
         if (!caps.refuses_file_pages) CHECK(caps.file_pages_note.empty());
         else CHECK_FALSE(caps.file_pages_note.empty());
+        // How the device reaches imported memory decides whether the default policy imports at
+        // all: every importer must report it, say what it read it from, and not change its mind.
+        INFO("device_memory " << to_string(caps.device_memory) << " ("
+                              << caps.device_memory_note << ")");
+        CHECK(caps.device_memory == s.expect_memory);
+        CHECK_FALSE(caps.device_memory_note.empty());
+        if (caps.is_cpu) CHECK(caps.device_memory == DeviceMemory::unified);
         const ImporterCaps again = importer.caps();
         CHECK(again.alignment == caps.alignment);
         CHECK(again.is_cpu == caps.is_cpu);
         CHECK(again.needs_writable_mapping == caps.needs_writable_mapping);
+        CHECK(again.device_memory == caps.device_memory);
+        CHECK(again.device_memory_note == caps.device_memory_note);
 
         Instance second = s.make();
         REQUIRE(second.importer != nullptr);
         CHECK(std::string(second.importer->name()) == name); // stable across instances
         CHECK(second.importer->caps().alignment == caps.alignment);
+        CHECK(second.importer->caps().device_memory == caps.device_memory);
         const Observation none;
         finish(second, none);
         finish(instance, none);

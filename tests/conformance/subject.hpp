@@ -50,6 +50,9 @@ struct Subject {
     std::string importer_name;
     /// Only the CPU passthrough may (and must) say caps().is_cpu.
     bool expect_cpu = false;
+    /// What caps().device_memory must say on this machine (lavapipe: a CPU device, unified;
+    /// the fake HSA runtime's default agent: an APU).
+    DeviceMemory expect_memory = DeviceMemory::unified;
     /// read_back() works (not `unsupported`) on this subject's imports.
     bool has_read_back = true;
     /// allocate_copy()/free_copy() work (not `unsupported`).

@@ -96,7 +96,7 @@ Subject fake_subject(const std::string& name, bool device) {
     s.device_address_is_host = true;
     s.make = [name, device] {
         auto fake = std::make_unique<wm::test::FakeImporter>(
-            name, device ? wm::test::device_caps(host_page_size()) : ImporterCaps{});
+            name, device ? wm::test::device_caps(host_page_size()) : wm::test::unified_caps());
         fake->reject_unaligned = device;
         wm::test::FakeImporter* raw = fake.get();
         Instance instance;

@@ -88,6 +88,8 @@ ImporterCaps device_caps(std::uint64_t alignment, bool needs_writable) {
     ImporterCaps caps;
     caps.alignment = alignment;
     caps.needs_writable_mapping = needs_writable;
+    caps.device_memory = DeviceMemory::unified;
+    caps.device_memory_note = "a test's fake, unified by construction";
     return caps;
 }
 

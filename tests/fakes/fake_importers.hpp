@@ -14,6 +14,14 @@
 
 namespace wm::test {
 
+/// Default caps (alignment 1) of a device with unified memory: what the default policy imports.
+inline ImporterCaps unified_caps() {
+    ImporterCaps caps;
+    caps.device_memory = DeviceMemory::unified;
+    caps.device_memory_note = "a test's fake, unified by construction";
+    return caps;
+}
+
 /// Records every import and release; can refuse the N-th import, unaligned input, or pages that
 /// are not writable. Counts live imports so a test can assert nothing stays imported.
 class FakeImporter : public Importer {
@@ -23,7 +31,8 @@ public:
         std::uint64_t size;
     };
 
-    explicit FakeImporter(std::string name = "fake", ImporterCaps caps = {});
+    /// The default caps: alignment 1, a unified device (so the default policy imports).
+    explicit FakeImporter(std::string name = "fake", ImporterCaps caps = unified_caps());
 
     std::string_view name() const noexcept override { return name_; }
     ImporterCaps caps() const noexcept override { return caps_; }
@@ -44,6 +53,8 @@ public:
     /// Return host_address + this instead of host_address (a broken importer).
     std::uint64_t misalign_result_by = 0;
     void set_unavailable(std::string reason) { availability_ = {false, std::move(reason)}; }
+    /// What caps() reports from now on (a device that changed its answer after planning).
+    void set_caps(ImporterCaps caps) { caps_ = std::move(caps); }
 
     // --- what happened ------------------------------------------------------------------
     std::vector<Call> imports() const;
@@ -64,7 +75,7 @@ private:
 /// True when every page of [address, address + size) lies in a mapping with 'w' permission.
 bool range_is_writable(const void* address, std::uint64_t size);
 
-/// Caps of a device importer like HSA: needs writable pages, page alignment.
+/// Caps of a device importer like HSA: needs writable pages, page alignment; unified memory.
 ImporterCaps device_caps(std::uint64_t alignment = 4096, bool needs_writable = false);
 
 } // namespace wm::test

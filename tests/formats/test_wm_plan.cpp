@@ -55,8 +55,10 @@ json parse_plan(const wm::test::ProcessResult& r) {
 // Keys, types and the arithmetic that ties totals to tensors and runs.
 void check_plan_json(const json& j, const ModelInfo& info) {
     REQUIRE(j.is_object());
-    for (const char* key : {"files", "tensors", "regions", "totals"}) REQUIRE(j.contains(key));
-    CHECK(j.size() == 4);
+    for (const char* key : {"import_policy", "files", "tensors", "regions", "totals"})
+        REQUIRE(j.contains(key));
+    CHECK(j.size() == 5);
+    CHECK(j["import_policy"].is_string());
 
     REQUIRE(j["files"].size() == info.files.size());
     for (std::size_t i = 0; i < info.files.size(); ++i) {
@@ -81,9 +83,11 @@ void check_plan_json(const json& j, const ModelInfo& info) {
 
     std::uint64_t pinned = 0, imports = 0;
     for (const json& r : j["regions"]) {
-        for (const char* key : {"target", "file", "first", "last", "ctx_bytes", "gate", "decision",
-                                "reason", "runs"})
+        for (const char* key : {"target", "device_memory", "file", "first", "last", "ctx_bytes",
+                                "gate", "decision", "reason", "runs"})
             REQUIRE(r.contains(key));
+        const std::string memory = r["device_memory"];
+        CHECK((memory == "unified" || memory == "discrete" || memory == "unknown"));
         CHECK(r["target"].is_string());
         CHECK(r["file"].is_number_unsigned());
         CHECK(r["first"].is_number_unsigned());
@@ -183,6 +187,47 @@ TEST_CASE("wm-plan --json --cpu-moe: experts on the CPU, the rest imported as ti
     }
 }
 
+TEST_CASE("wm-plan --device and --import-policy: a discrete card imports nothing unless told to") {
+    Fixture f;
+    const ModelInfo info = read(f.model);
+    const json unified = parse_plan(f.plan({"--json", f.model}));
+    CHECK(unified["import_policy"] == "unified_only");
+    CHECK(unified["regions"][0]["device_memory"] == "unified"); // wm-plan's assumption
+    CHECK(unified["totals"]["fallback_bytes"] == 0);
+
+    const json discrete = parse_plan(f.plan({"--json", "--device", "discrete", f.model}));
+    check_plan_json(discrete, info);
+    CHECK(discrete["regions"][0]["device_memory"] == "discrete");
+    CHECK(discrete["regions"][0]["decision"] == "fallback");
+    CHECK_THAT(discrete["regions"][0]["reason"].get<std::string>(),
+               Catch::Contains("discrete device (--device discrete): imported weights would be "
+                               "read over the bus on every use; import_policy=always to import "
+                               "anyway"));
+    CHECK(discrete["totals"]["imported_bytes"] == 0);
+    CHECK(discrete["totals"]["imports"] == 0);
+
+    const json always =
+        parse_plan(f.plan({"--json", "--device", "discrete", "--import-policy", "always", f.model}));
+    check_plan_json(always, info);
+    CHECK(always["import_policy"] == "always");
+    CHECK(always["regions"].size() == unified["regions"].size());
+    CHECK(always["totals"] == unified["totals"]); // the same imports as on a unified device
+    CHECK_THAT(always["regions"][0]["reason"].get<std::string>(),
+               Catch::Contains("import_policy=always on a discrete device"));
+
+    const json never = parse_plan(f.plan({"--json", "--import-policy", "never", f.model}));
+    CHECK(never["regions"][0]["reason"] == "import_policy=never");
+    CHECK(never["totals"]["imported_bytes"] == 0);
+    const json unknown = parse_plan(f.plan({"--json", "--device", "unknown", f.model}));
+    CHECK_THAT(unknown["regions"][0]["reason"].get<std::string>(),
+               Catch::Contains("device memory unknown"));
+
+    auto table = f.plan({"--device", "discrete", f.model});
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("import policy unified_only"));
+    CHECK_THAT(table.out, Catch::Contains("device memory discrete (--device discrete)"));
+}
+
 TEST_CASE("wm-plan prints the table: regions, decisions, runs and totals") {
     Fixture f;
     auto r = f.plan({"--cpu-moe", f.model});
@@ -252,6 +297,8 @@ TEST_CASE("wm-plan: bad input is one line on stderr and exit status 1") {
         {{"-ot", "noequals", f.model}, "expected REGEX=TARGET"},
         {{"--align", "3", f.model}, "power of two"},
         {{"--mode", "fast", f.model}, "fast"},
+        {{"--device", "apu", f.model}, "apu"},
+        {{"--import-policy", "sometimes", f.model}, "sometimes"},
         {{"--bogus", f.model}, "--bogus"},
         {{}, "required"},
         {{f.model, garbage}, "neither GGUF"},

@@ -59,6 +59,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         target.caps.is_cpu = (bits & 6) == 6;
         target.caps.alignment = std::uint64_t{1} << (bits >> 3 & 31) % 20;
         target.caps.max_import_size = bits & 0x80 ? (in.take(2) + 1) << 12 : 0;
+        // Half the targets unified (the rest discrete or unknown), a quarter with a policy.
+        const std::uint64_t kind = in.take(1);
+        constexpr wm::DeviceMemory memory[] = {wm::DeviceMemory::unified, wm::DeviceMemory::unified,
+                                               wm::DeviceMemory::discrete,
+                                               wm::DeviceMemory::unknown};
+        target.caps.device_memory = memory[kind % 4];
+        if ((kind >> 2) % 4 == 1)
+            target.import_policy = kind >> 4 & 1 ? wm::ImportPolicy::always : wm::ImportPolicy::never;
         m.targets.push_back(target);
     }
     while (in.pos < in.size && m.tensors.size() < 4096) {

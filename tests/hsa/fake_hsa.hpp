@@ -42,6 +42,7 @@ public:
         bind(set_init_status_, "fake_hsa_set_init_status");
         bind(set_gpu_agent_count_, "fake_hsa_set_gpu_agent_count");
         bind(set_fail_lock_at_, "fake_hsa_set_fail_lock_at");
+        bind(set_memory_model_, "fake_hsa_set_memory_model");
         bind(live_locks_, "fake_hsa_live_locks");
         bind(live_bytes_, "fake_hsa_live_bytes");
         bind(is_locked_, "fake_hsa_is_locked");
@@ -61,6 +62,9 @@ public:
     void reset() { reset_(); }
     void set_init_status(int status) { set_init_status_(status); }
     void set_gpu_agent_count(int count) { set_gpu_agent_count_(count); }
+    /// What the GPU agents report about their memory (the fake's MemoryModel).
+    enum class Memory { rocm52_base = 0, newer_apu = 1, newer_dgpu = 2, full_profile = 3 };
+    void set_memory_model(Memory model) { set_memory_model_(static_cast<int>(model)); }
     /// The n-th lock from now (1-based) fails with `status`; 0: never.
     void set_fail_lock_at(long n, int status) { set_fail_lock_at_(n, status); }
     long live_locks() const { return live_locks_(); }
@@ -99,6 +103,7 @@ private:
     void (*set_init_status_)(int) = nullptr;
     void (*set_gpu_agent_count_)(int) = nullptr;
     void (*set_fail_lock_at_)(long, int) = nullptr;
+    void (*set_memory_model_)(int) = nullptr;
     long (*live_locks_)() = nullptr;
     std::uint64_t (*live_bytes_)() = nullptr;
     int (*is_locked_)(const void*, std::uint64_t) = nullptr;

@@ -28,6 +28,20 @@ constexpr std::uint64_t first_gpu_handle = 0x2000;
 // pointer and not the host one.
 constexpr std::uintptr_t agent_aperture = std::uintptr_t{1} << 44;
 
+// HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES (a uint8_t[8] bit set) and its AGENT_IS_APU bit, as
+// runtimes after ROCm 5.2 define them; 5.2's headers lack both, and its runtime refuses the
+// attribute with HSA_STATUS_ERROR_INVALID_ARGUMENT.
+constexpr int memory_properties_attribute = 0xA114;
+constexpr unsigned is_apu_bit = 1;
+
+// What the GPU agents say about their memory (fake_hsa_set_memory_model).
+enum MemoryModel {
+    rocm52_base = 0,   // ROCm 5.2 on anything but an old APU: BASE profile, no memory properties
+    newer_apu = 1,     // a newer runtime on an APU: AGENT_IS_APU set (the default)
+    newer_dgpu = 2,    // a newer runtime on a discrete card: AGENT_IS_APU clear
+    full_profile = 3,  // an APU whose KFD node has CPU cores (Kaveri, Carrizo): FULL profile
+};
+
 struct LiveLock {
     std::uintptr_t host;
     std::size_t size;
@@ -38,6 +52,7 @@ struct State {
     // configuration
     hsa_status_t init_status = HSA_STATUS_SUCCESS;
     int gpu_agents = 1;
+    MemoryModel memory_model = newer_apu;
     long fail_lock_at = 0; // 1-based count of lock calls from the last setting; 0: never
     hsa_status_t fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     // observation
@@ -187,7 +202,18 @@ hsa_status_t HSA_API hsa_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attr
         std::memcpy(value, name, sizeof name);
         return HSA_STATUS_SUCCESS;
     }
+    case HSA_AGENT_INFO_PROFILE:
+        *static_cast<hsa_profile_t*>(value) =
+            !gpu || s.memory_model == full_profile ? HSA_PROFILE_FULL : HSA_PROFILE_BASE;
+        return HSA_STATUS_SUCCESS;
     default:
+        if (static_cast<int>(attribute) == memory_properties_attribute &&
+            s.memory_model != rocm52_base) {
+            auto* bits = static_cast<std::uint8_t*>(value);
+            std::memset(bits, 0, 8);
+            if (gpu && s.memory_model == newer_apu) bits[is_apu_bit / 8] |= 1u << (is_apu_bit % 8);
+            return HSA_STATUS_SUCCESS;
+        }
         return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     }
 }
@@ -247,6 +273,7 @@ void fake_hsa_reset() {
     std::lock_guard<std::mutex> guard(s.mutex);
     s.init_status = HSA_STATUS_SUCCESS;
     s.gpu_agents = 1;
+    s.memory_model = newer_apu;
     s.fail_lock_at = 0;
     s.fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     s.lock_calls = s.lock_calls_since_fail_set = s.unlock_calls = 0;
@@ -263,6 +290,14 @@ void fake_hsa_set_init_status(int status) {
 void fake_hsa_set_gpu_agent_count(int count) {
     std::lock_guard<std::mutex> guard(state().mutex);
     state().gpu_agents = count;
+}
+
+/// What the GPU agents report about their memory: 0 ROCm 5.2 (BASE profile, no memory
+/// properties), 1 a newer runtime on an APU (the default), 2 a newer runtime on a discrete card,
+/// 3 an APU with a FULL profile.
+void fake_hsa_set_memory_model(int model) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    state().memory_model = static_cast<MemoryModel>(model);
 }
 
 /// The n-th hsa_amd_memory_lock call from now (1-based) fails with `status`; n = 0: never.

@@ -66,6 +66,42 @@ TEST_CASE("an importer on the fake runtime is available with the HSA caps", "[hs
     CHECK(fake.init_count() == before); // hsa_shut_down in the destructor
 }
 
+TEST_CASE("device memory comes from the agents' profile and memory properties", "[hsa]") {
+    FakeHsa& fake = FakeHsa::fresh();
+    using Memory = FakeHsa::Memory;
+    struct Case {
+        Memory model;
+        DeviceMemory expect;
+        const char* note;
+    };
+    const Case cases[] = {
+        {Memory::newer_apu, DeviceMemory::unified, "gfx1151: AGENT_IS_APU"},
+        {Memory::newer_dgpu, DeviceMemory::discrete,
+         "gfx1151: HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES without AGENT_IS_APU"},
+        {Memory::full_profile, DeviceMemory::unified, "gfx1151: HSA_AGENT_INFO_PROFILE FULL"},
+        {Memory::rocm52_base, DeviceMemory::unknown, "ROCm 5.2 cannot tell an APU"},
+    };
+    for (const Case& c : cases) {
+        INFO(c.note);
+        fake.set_memory_model(c.model);
+        const ImporterCaps caps = fake.importer()->caps();
+        CHECK(caps.device_memory == c.expect);
+        CHECK_THAT(caps.device_memory_note, Catch::Contains(c.note));
+    }
+    // Two discrete agents locked together are discrete; the engine's word overrides the
+    // runtime's when it knows better (ROCm 5.2 on an APU).
+    fake.set_memory_model(Memory::newer_dgpu);
+    fake.set_gpu_agent_count(2);
+    CHECK(fake.importer()->caps().device_memory == DeviceMemory::discrete);
+    fake.set_memory_model(Memory::rocm52_base);
+    HsaImporterParams params;
+    params.device_memory = DeviceMemory::unified;
+    const ImporterCaps told = fake.importer(params)->caps();
+    CHECK(told.device_memory == DeviceMemory::unified);
+    CHECK_THAT(told.device_memory_note,
+               Catch::StartsWith("HsaImporterParams::device_memory; the runtime says unknown"));
+}
+
 TEST_CASE("a failing hsa_init makes the importer unavailable with the runtime's string", "[hsa]") {
     FakeHsa& fake = FakeHsa::fresh();
     fake.set_init_status(HSA_STATUS_ERROR_OUT_OF_RESOURCES); // what the real one says sans /dev/kfd

@@ -22,6 +22,7 @@ inline TargetDesc device_target(std::string name, std::string importer = {},
     t.importer_key = importer.empty() ? t.name : std::move(importer);
     t.caps.alignment = alignment;
     t.caps.max_import_size = max_import;
+    t.caps.device_memory = DeviceMemory::unified; // the fixtures plan what imports by default
     return t;
 }
 

@@ -144,6 +144,10 @@ inline std::vector<std::string> plan_violations(const ModelDesc& m, const Plan& 
         detail::check_region(m, region, r, v);
         if (!target.caps.is_cpu && region.runs.size() > budget)
             v.add("region ", r, " has ", region.runs.size(), " imports, budget ", budget);
+        if (!target.caps.is_cpu && region.decision == Decision::import &&
+            !import_allowed(target.import_policy.value_or(p.import_policy),
+                            target.caps.device_memory))
+            v.add("region ", r, " imports on a target its import policy refuses");
         std::uint64_t previous_end = 0;
         for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
             detail::check_run(m, p, r, k, previous_end, seen, v);

@@ -49,6 +49,12 @@ struct HsaImporterParams {
     /// It is deliberately not reported as caps().max_import_size: the planner splits regions to
     /// fit that limit, and pieces that each fit would together pin the same pages again.
     std::uint64_t lock_budget_bytes = 0;
+    /// How the agents reach host memory, when the engine knows better than the runtime: unknown
+    /// (the default) reads it from the runtime. A FULL profile, or AGENT_IS_APU in
+    /// HSA_AMD_AGENT_INFO_MEMORY_PROPERTIES (runtimes after ROCm 5.2), is unified; that attribute
+    /// without the bit is discrete; ROCm 5.2 on a BASE-profile agent cannot tell an APU from a
+    /// discrete card, which is unknown (docs/hsa.md). caps().device_memory is the result.
+    DeviceMemory device_memory = DeviceMemory::unknown;
 };
 
 /// Makes an HSA importer: loads the runtime, calls hsa_init once (the runtime reference-counts

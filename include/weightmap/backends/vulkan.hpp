@@ -131,6 +131,9 @@ WM_API Result<std::unique_ptr<Importer>> make_vulkan_importer(const VulkanImport
 struct VulkanImporterFacts {
     std::string device_name;                           ///< VkPhysicalDeviceProperties::deviceName
     std::uint32_t api_version = 0;                     ///< of the physical device
+    /// VkPhysicalDeviceProperties::deviceType: with the heaps, what caps().device_memory is
+    /// read from (CPU and INTEGRATED_GPU unified, DISCRETE_GPU discrete).
+    VkPhysicalDeviceType device_type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
     VkDriverId driver_id = static_cast<VkDriverId>(0); ///< 0 when the device cannot say
     /// VkPhysicalDeviceExternalMemoryHostPropertiesEXT; 0 when the device lacks the extension.
     /// caps().alignment is the larger of this and the page size.

@@ -44,6 +44,7 @@ wm::ModelDesc make_model(std::uint64_t page, const wm::Importer& cpu_importer) {
     model.files = {{"consumer.gguf", 16 * page}};
     wm::ImporterCaps dev_caps;
     dev_caps.alignment = page;
+    dev_caps.device_memory = wm::DeviceMemory::unified; // an APU: the default policy imports
     model.targets = {{"DEV", "dev", dev_caps}, wm::target_for("CPU", cpu_importer)};
     model.tensors = {
         {"blk.0.attn_q.weight", 0, 0, page * 3 / 4, dev},

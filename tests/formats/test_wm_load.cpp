@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// The wm-load binary (path in $WM_LOAD) with the CPU importer standing in for a unified-memory
+// device (it runs on every machine): it prints the device kind and policy it loaded under, and
+// --device / --import-policy change what is imported, every tensor verified either way.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/run_process.hpp"
+#include "support/temp_file.hpp"
+#include "testkit/synthetic_model.hpp"
+
+using namespace wm;
+using namespace wm::internal;
+using nlohmann::json;
+
+namespace {
+
+struct Fixture {
+    wm::test::TempDir dir;
+    std::string model;
+    Fixture() {
+        SyntheticModelOptions o;
+        o.layers = 4;
+        o.experts = 0;
+        o.vocab = 256;
+        o.target_bytes = 8 << 20;
+        model = dir.path() + "/dense.gguf";
+        REQUIRE(write_gguf(model, make_synthetic_model(o).spec, DataFill::pattern));
+    }
+    json load(std::vector<std::string> args) {
+        args.insert(args.begin(), {wm::test::tool_path("WM_LOAD"), "--importer", "cpu", "--json"});
+        args.push_back(model);
+        const auto r = wm::test::run_process(args, dir.path());
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+        REQUIRE_FALSE(j.is_discarded());
+        CHECK(j["tensors_mismatched"] == 0);
+        CHECK(j["tensors_verified"].get<int>() > 0);
+        return j;
+    }
+};
+
+} // namespace
+
+TEST_CASE("wm-load reports the device kind and the policy, and --device changes the plan") {
+    Fixture f;
+    const json unified = f.load({});
+    CHECK(unified["device_memory"] == "unified");
+    CHECK(unified["device_memory_note"] == "the CPU reads its own memory");
+    CHECK(unified["import_policy"] == "unified_only");
+    CHECK(unified["fallback_bytes"] == 0);
+    CHECK(unified["imports"] == 1);
+
+    const json discrete = f.load({"--device", "discrete"});
+    CHECK(discrete["imports"] == 0);
+    CHECK(discrete["imported_bytes"] == 0);
+    CHECK(discrete["copied_bytes"] == discrete["device_bytes"]);
+
+    const json always = f.load({"--device", "discrete", "--import-policy", "always"});
+    CHECK(always["import_policy"] == "always");
+    CHECK(always["imported_bytes"] == unified["imported_bytes"]);
+
+    const json never = f.load({"--import-policy", "never"});
+    CHECK(never["imports"] == 0);
+
+    const auto text = wm::test::run_process(
+        {wm::test::tool_path("WM_LOAD"), "--importer", "cpu", f.model}, f.dir.path());
+    REQUIRE(text.status == 0);
+    CHECK_THAT(text.out, Catch::Contains("device memory   unified (the CPU reads its own memory), "
+                                         "import policy unified_only"));
+}
