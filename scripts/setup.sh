@@ -12,7 +12,11 @@ packages=(
   libhsa-runtime-dev                           # HSA headers + the real runtime for the smoke test
   clang libclang-rt-14-dev llvm                # libFuzzer and sanitizer runtimes
   util-linux mount                             # unshare/mount for read-only-mount tests
+  glslc spirv-headers                          # llama.cpp's Vulkan shaders (integrations/llama.cpp)
 )
+# npm fetches llama.cpp's source (node-llama-cpp's bundle); Debian's package when npm is absent
+# (a NodeSource nodejs already carries its own npm, and conflicts with Debian's).
+command -v npm > /dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,16 +5,18 @@
 #   1. release build with -Werror, every test
 #   2. consumers: the release build installed into a temporary prefix and used from outside the
 #      tree (pkg-config C99, CMake C++17, Meson subproject, a build without Vulkan and HSA)
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) build, every test
-#   4. ThreadSanitizer build, the tests that run threads
-#   5. every libFuzzer target for a bounded time (FUZZ_SECONDS, default 30 each)
-# STAGES="release asan" limits the stages (default: all five).
+#   3. llama: llama.cpp (node-llama-cpp's bundle + integrations/llama.cpp/patches) built against
+#      the installed release build, generating on lavapipe in both arms (integrations/llama.cpp)
+#   4. AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer) build, every test
+#   5. ThreadSanitizer build, the tests that run threads
+#   6. every libFuzzer target for a bounded time (FUZZ_SECONDS, default 30 each)
+# STAGES="release asan" limits the stages (default: all six).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
 
-stages=${STAGES:-release consumers asan tsan fuzz}
+stages=${STAGES:-release consumers llama asan tsan fuzz}
 common=(--werror -Dvulkan=enabled -Dhsa=enabled)
 passed=0
 failed=0
@@ -45,6 +47,22 @@ count_consumers() {
   summary+=("$2: $ok passed, $bad failed")
 }
 
+# Counts integrations/llama.cpp/run.sh's summary lines: a case passes when its tokens are
+# identical in both arms and the import arm imported >= 99 % of the device bytes (run.sh's exit
+# status also covers the refusal and corrupt-model checks); no line at all is one failure.
+count_llama() {
+  local ok bad
+  read -r ok bad < <(awk '/^llama.cpp case=/ {
+      good = / tokens_identical=yes / && match($0, /imported_fraction=[0-9.]+/) &&
+             substr($0, RSTART + 18, RLENGTH - 18) + 0 >= 0.99
+      if (good) ok++; else bad++
+    } END { print ok + 0, bad + 0 }' "$1" 2> /dev/null || echo "0 0")
+  ((ok + bad > 0)) || bad=1
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+  summary+=("$2: $ok passed, $bad failed")
+}
+
 run_stage() {
   local name=$1 dir=$2; shift 2
   local start=$SECONDS status=0
@@ -66,6 +84,12 @@ for stage in $stages; do
       run_stage consumers build-ci bash -c "set -o pipefail
         bash tests/consumers/run.sh build-ci | tee build-ci/consumers.log" || overall=1
       count_consumers build-ci/consumers.log consumers ;;
+    llama)
+      # Needs the release build (stage release); its summary lines are the stage's results.
+      mkdir -p build-ci
+      run_stage llama build-llama bash -c "set -o pipefail
+        bash integrations/llama.cpp/run.sh build-ci build-llama | tee build-ci/llama.log" || overall=1
+      count_llama build-ci/llama.log llama ;;
     asan)
       # LeakSanitizer cannot attribute what Mesa's lavapipe leaks from its JIT-compiled code
       # (every frame is "<unknown module>", which no suppression can name), so the Vulkan suite
