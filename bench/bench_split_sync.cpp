@@ -6,6 +6,12 @@
 //   helper_ns_per_split=<n>      (this thread's CPU time, best of 5 passes over the corpus)
 // Lines starting with '#' are context. Exits 1 if the helper lets a hazard through, misses a
 // drain, fails, or is not the cheapest rule. Optional argument: number of graphs.
+//
+// bench_split_sync --replay TRACE replays a scheduler's trace (split_trace.hpp: what the patched
+// ggml scheduler writes with WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) under the upstream rule and the
+// helper, over the simulator's reusing allocator:
+//   replay rule=<upstream|helper> graphs=<n> splits=<n> syncs=<n> drains=<n> hazards=<n>
+// Exits 1 when the trace does not parse or the helper shows a hazard or fails.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +21,12 @@
 
 #include <time.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "testkit/split_sim.hpp"
+#include "testkit/split_trace.hpp"
 #include "weightmap/split_sync.hpp"
 
 namespace {
@@ -94,9 +105,55 @@ std::optional<double> helper_ns_per_split(const std::vector<sim::Graph>& graphs)
     return best;
 }
 
+// Totals of one rule over a trace's graphs, regions from the deterministic allocator.
+struct ReplayTotals {
+    sim::RuleTotals rule;
+    std::uint64_t drains = 0;
+};
+
+ReplayTotals replay_rule(const std::vector<sim::Graph>& graphs, sim::Policy& policy) {
+    ReplayTotals t;
+    for (const sim::Graph& g : graphs) {
+        const sim::SimResult r = sim::simulate(g, policy);
+        t.rule.add(r);
+        t.drains += r.drain_syncs;
+    }
+    return t;
+}
+
+int replay(const char* path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        std::fprintf(stderr, "bench_split_sync: cannot open %s\n", path);
+        return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    auto graphs = sim::parse_split_trace(text.str(), path);
+    if (!graphs) {
+        std::fprintf(stderr, "bench_split_sync: %s\n", graphs.error().message.c_str());
+        return 1;
+    }
+    for (sim::Graph& g : *graphs) sim::allocate_regions(g, 0);
+    auto upstream = sim::make_upstream_policy();
+    auto helper = sim::make_helper_policy();
+    const ReplayTotals u = replay_rule(*graphs, *upstream);
+    const ReplayTotals h = replay_rule(*graphs, *helper);
+    for (const auto& [name, t] : {std::pair{"upstream", &u}, std::pair{"helper", &h}})
+        std::printf("replay rule=%s graphs=%llu splits=%llu syncs=%llu drains=%llu hazards=%llu\n",
+                    name, static_cast<unsigned long long>(t->rule.graphs),
+                    static_cast<unsigned long long>(t->rule.splits),
+                    static_cast<unsigned long long>(t->rule.blocking_syncs),
+                    static_cast<unsigned long long>(t->drains),
+                    static_cast<unsigned long long>(t->rule.hazards));
+    if (h.rule.failures != 0) std::printf("# FAIL: the helper rejected a traced split description\n");
+    return h.rule.hazards == 0 && h.rule.failures == 0 && h.rule.missed_drains == 0 ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "--replay") return replay(argv[2]);
     std::uint64_t n_graphs = sim::corpus_size;
     if (argc > 1) {
         n_graphs = std::strtoull(argv[1], nullptr, 10);

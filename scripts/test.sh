@@ -47,15 +47,19 @@ count_consumers() {
   summary+=("$2: $ok passed, $bad failed")
 }
 
-# Counts integrations/llama.cpp/run.sh's summary lines: a case passes when its tokens are
-# identical in both arms and the import arm imported >= 99 % of the device bytes (run.sh's exit
-# status also covers the refusal and corrupt-model checks); no line at all is one failure.
+# Counts integrations/llama.cpp/run.sh's summary lines: a weight case passes when its tokens are
+# identical in both arms and the import arm imported >= 99 % of the device bytes; a split-sync
+# case when its tokens are identical under both rules, the helper's replay shows no hazard and
+# it synced no more than upstream (run.sh's exit status also covers the refusal and
+# corrupt-model checks); no line at all is one failure.
 count_llama() {
   local ok bad
-  read -r ok bad < <(awk '/^llama.cpp case=/ {
-      good = / tokens_identical=yes / && match($0, /imported_fraction=[0-9.]+/) &&
-             substr($0, RSTART + 18, RLENGTH - 18) + 0 >= 0.99
-      if (good) ok++; else bad++
+  read -r ok bad < <(awk '
+    function num(key) { return match($0, " " key "=[0-9.]+") ? substr($0, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : -1 }
+    /^llama.cpp case=/ { if (/ tokens_identical=yes / && num("imported_fraction") >= 0.99) ok++; else bad++ }
+    /^split_sync case=/ {
+      if (/ tokens_identical=yes / && num("replay_hazards_helper") == 0 &&
+          num("syncs_helper") >= 0 && num("syncs_helper") <= num("syncs_upstream")) ok++; else bad++
     } END { print ok + 0, bad + 0 }' "$1" 2> /dev/null || echo "0 0")
   ((ok + bad > 0)) || bad=1
   passed=$((passed + ok))

@@ -9,6 +9,12 @@
 # table and one summary line per case, and exits non-zero when the arms' tokens differ, when the
 # import arm copies more than 1 % of the device bytes, or when a corrupt model crashes it.
 #
+# Then the scheduler (patch 0007, GGML_WEIGHTMAP_SPLIT_SYNC): generation with CPU + Vulkan splits
+# once under the split-ordering helper and once under the upstream rule (WEIGHTMAP_SPLIT_SYNC=
+# upstream), the split descriptions traced and replayed in libweightmap's simulator
+# (bench_split_sync --replay); non-zero exit when the rules' tokens differ, or the helper's
+# replay shows a hazard or syncs more than upstream.
+#
 # Usage: integrations/llama.cpp/run.sh [LIBWM_BUILD [OUT]]
 #        defaults: LIBWM_BUILD=build (configured and built here when missing), OUT=build-llama
 # Env:   JOBS (default nproc), N_PREDICT (default 32). Everything is written under OUT, the Mesa
@@ -39,7 +45,7 @@ export LD_LIBRARY_PATH=$(dirname "$(dirname "$pc")")${LD_LIBRARY_PATH:+:$LD_LIBR
 # --- llama.cpp ----------------------------------------------------------------------------------
 bash "$here/fetch.sh" "$out/src" > "$out/logs/fetch.log" 2>&1 ||
   { tail -n 20 "$out/logs/fetch.log" >&2; exit 1; }
-CMAKE_EXTRA_ARGS="-DLLAMA_WEIGHTMAP=ON" TARGETS="llama-completion test-llama-archs" \
+CMAKE_EXTRA_ARGS="-DLLAMA_WEIGHTMAP=ON -DGGML_WEIGHTMAP_SPLIT_SYNC=ON" TARGETS="llama-completion test-llama-archs" \
   bash "$here/build.sh" "$out/src" "$out/build" > "$out/logs/llama-build.log" 2>&1 ||
   { tail -n 30 "$out/logs/llama-build.log" >&2; exit 1; }
 bin=$out/build/bin
@@ -76,6 +82,11 @@ wm_field() {
   esac
 }
 load_seconds() { sed -nE 's/.*load time = +([0-9.]+) ms.*/\1/p' "$1" | tail -n 1 | awk '{printf "%.3f", $1 / 1000}'; }
+
+# One unmeasured run compiles lavapipe's shaders into the cache (18.9 s on a fresh machine,
+# which would otherwise land in the first case's load time).
+"$bin/llama-completion" -m "$out/models/llama-dense.gguf" "${common[@]}" -ngl 99 -n 1 \
+  > "$out/logs/warm-up.out" 2> "$out/logs/warm-up.err" < /dev/null || true
 
 status=0
 summaries=()
@@ -142,6 +153,43 @@ for arm in import copy; do
     status=1
   fi
   echo "corrupt model ($arm arm): exit $rc, $(grep -m1 -iE 'error|failed' "$out/run/truncated.$arm.err" || echo 'no message')"
+done
+
+# --- the scheduler's split ordering: helper vs upstream, traced and replayed ------------------
+replay_bin=$libwm_build/bench/bench_split_sync
+# field NAME=value of a line
+field() { sed -nE "s/.*[ ]$1=([0-9]+).*/\1/p" <<< "$2"; }
+printf '\n%-20s %-9s %7s %7s %6s %6s %15s %15s\n' case rule graphs splits syncs drains replay_hazards replay_syncs
+for c in "dense-partial|$out/models/llama-dense.gguf|-ngl 1" \
+         "moe-experts-on-cpu|$out/models/llama-moe.gguf|-ngl 99 -ot exps=CPU"; do
+  IFS='|' read -r name model extra <<< "$c"
+  declare -A syncs=() hazards=()
+  for rule in helper upstream; do
+    log=$out/run/split-$name.$rule
+    rm -f "$log.trace"
+    # shellcheck disable=SC2086
+    WEIGHTMAP_SPLIT_SYNC=$rule WEIGHTMAP_SPLIT_SYNC_STATS=1 WEIGHTMAP_SPLIT_SYNC_TRACE=$log.trace \
+      "$bin/llama-completion" -m "$model" "${common[@]}" $extra > "$log.out" 2> "$log.err" < /dev/null ||
+      { echo "run.sh: split-sync $name ($rule) failed; see $log.err" >&2; status=1; }
+    stats=$(grep -m1 '^split_sync: rule=' "$log.err" || true)
+    "$replay_bin" --replay "$log.trace" > "$log.replay" 2>&1 || true
+    replayed=$(grep "^replay rule=$rule " "$log.replay" || true)
+    syncs[$rule]=$(field "syncs_$rule" "$stats")
+    hazards[$rule]=$(field hazards "$replayed")
+    printf '%-20s %-9s %7s %7s %6s %6s %15s %15s\n' "$name" "$rule" "$(field graphs "$stats")" \
+      "$(field splits "$stats")" "${syncs[$rule]:-?}" "$(field drains "$stats")" "${hazards[$rule]:-?}" \
+      "$(field syncs "$replayed")"
+  done
+  same=no
+  cmp -s "$out/run/split-$name.helper.out" "$out/run/split-$name.upstream.out" &&
+    [[ -s $out/run/split-$name.helper.out ]] && same=yes
+  splits=$(field splits "$(grep -m1 '^split_sync: rule=' "$out/run/split-$name.helper.err" || true)")
+  summaries+=("split_sync case=$name splits=${splits:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
+  [[ $same == yes ]] || { echo "run.sh: split-sync $name: the rules generated different tokens" >&2; status=1; }
+  [[ ${hazards[helper]:-x} == 0 ]] || { echo "run.sh: split-sync $name: the helper's replay shows hazards" >&2; status=1; }
+  [[ -n ${syncs[helper]:-} && -n ${syncs[upstream]:-} ]] && ((syncs[helper] <= syncs[upstream])) ||
+    { echo "run.sh: split-sync $name: the helper synced more than upstream" >&2; status=1; }
+  unset syncs hazards
 done
 
 echo

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: MIT
+// Split traces: the split descriptions a real scheduler fed the helper (ggml's, patched by
+// integrations/llama.cpp, with WEIGHTMAP_SPLIT_SYNC_TRACE=FILE), read back as simulator graphs.
+//
+// The format is text, one graph per block, every number in the SplitDesc field's own terms:
+//   graph n_backends=2
+//   split backend=1 async=1 n_inputs=2 input_backends=0x1 copies_async=1 buffer_types=0x2 writes_read_later=0
+//   ...
+//   end
+// Lines starting with '#' and empty lines are ignored; fields may come in any order, each once.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "testkit/split_sim.hpp"
+#include "weightmap/result.hpp"
+
+namespace wm::sim {
+
+/// The graphs of a trace, in order, without regions (allocate_regions() makes them). Errors
+/// (ErrorKind::format) name `source`, the line and the field.
+Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_view source);
+
+/// One graph in the trace format (what the patched scheduler writes), for tests.
+std::string format_split_trace(const Graph& graph);
+
+} // namespace wm::sim
