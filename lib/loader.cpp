@@ -18,6 +18,7 @@ struct LoadedModel::Impl {
     MappedModel mapping;
     Placement placement;
     std::string reprotect_note;
+    ReadReport populate; // empty when not populated
 };
 
 LoadedModel::LoadedModel() : impl_(std::make_unique<Impl>()) {}
@@ -40,6 +41,7 @@ TensorLocation LoadedModel::locate(std::uint32_t index) const {
 }
 bool LoadedModel::read_only() const noexcept { return impl_->mapping.is_read_only(); }
 const std::string& LoadedModel::reprotect_note() const noexcept { return impl_->reprotect_note; }
+const ReadReport& LoadedModel::populate_report() const noexcept { return impl_->populate; }
 
 void LoadedModel::unload() noexcept {
     if (!impl_) return;
@@ -148,6 +150,13 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                   impl.decision.reason)
                     : fmt::format("weight file not writable: {}", impl.decision.unwritable_path));
         }
+    }
+
+    if (options.populate) {
+        auto populated = populate_imports(impl.model, plan, impl.mapping.files(),
+                                          options.populate_options);
+        if (!populated) return std::move(populated).error();
+        impl.populate = *populated;
     }
 
     auto placed = execute_plan(impl.model, std::move(plan), impl.mapping.files(), importers,

@@ -117,7 +117,7 @@ for stage in $stages; do
       # Only the threaded tests are built here: the rest already ran twice.
       run_stage tsan build-tsan bash -c "bash scripts/build.sh build-tsan ${common[*]} \
           -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
-          tests/test_concurrency tests/test_memstat tests/test_split_sync &&
+          tests/test_concurrency tests/test_memstat tests/test_split_sync tests/test_populate &&
         meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 3 --suite tsan" || overall=1
       count build-tsan tsan ;;
     fuzz)

@@ -101,7 +101,7 @@ int fail(const std::string& message) {
 
 struct Args {
     std::string importer_name = "auto";
-    bool copy_arm = false, json = false;
+    bool copy_arm = false, json = false, no_populate = false;
     wm::tools::PlanCli plan_cli;
     std::vector<std::string> paths;
 };
@@ -114,6 +114,8 @@ std::optional<int> parse_args(int argc, char** argv, Args& args) {
         ->check(CLI::IsMember({"auto", "cpu", "vulkan", "hsa"}));
     app.add_flag("--copy", args.copy_arm, "control arm: copy device tensors instead of importing");
     app.add_flag("--json", args.json, "print one JSON object");
+    app.add_flag("--no-populate", args.no_populate,
+                 "do not read the import extents in ahead of the import (the A/B of a cold load)");
     args.plan_cli.add_options(app);
     app.add_option("FILE", args.paths, "model file(s): GGUF (first shard) or safetensors")->required();
     try {
@@ -145,6 +147,7 @@ wm::LoadOptions load_options(const Args& args) {
     wm::LoadOptions options;
     options.plan = args.plan_cli.plan_options();
     if (args.copy_arm) options.plan.import_enabled = false;
+    options.populate = !args.no_populate;
     options.execute.log = [](wm::LogLevel level, std::string_view message) {
         if (level >= wm::LogLevel::warning) fmt::print(stderr, "wm-load: {}\n", message);
     };
@@ -302,6 +305,7 @@ void print_json(const Report& r) {
     out["tensors_verified"] = r.counts.tensors_verified;
     out["tensors_mismatched"] = r.counts.tensors_mismatched;
     out["load_seconds"] = r.cost.seconds;
+    out["populate_seconds"] = r.loaded.populate_report().seconds;
     out["rss_anon_delta"] = optional_json(wm::delta(before.rss_anon, after.rss_anon));
     out["rss_file_delta"] = optional_json(wm::delta(before.rss_file, after.rss_file));
     out["vm_lck_delta"] = optional_json(wm::delta(before.vm_lck, after.vm_lck));
@@ -337,7 +341,11 @@ void print_text(const Report& r) {
                counts.fallback_bytes / 1048576.0, counts.copied_bytes / 1048576.0);
     fmt::print("verified        {} tensors, {} mismatched\n", counts.tensors_verified,
                counts.tensors_mismatched);
-    fmt::print("load            {:.3f} s\n", r.cost.seconds);
+    fmt::print("load            {:.3f} s (populate {:.3f} s, {:.1f} MiB{})\n", r.cost.seconds,
+               r.loaded.populate_report().seconds, r.loaded.populate_report().bytes / 1048576.0,
+               r.loaded.populate_report().method.empty()
+                   ? ""
+                   : ", " + r.loaded.populate_report().method);
     fmt::print("RssAnon         delta {}, peak {}\n",
                human(wm::delta(before.rss_anon, after.rss_anon)), human(peak.rss_anon));
     fmt::print("RssFile         delta {}, peak {}\n",
@@ -375,7 +383,13 @@ int main(int argc, char** argv) {
     sampler.start();
     const auto t0 = std::chrono::steady_clock::now();
     // Here, not in a helper: the import's progress callback below refers to it.
-    Progress import_progress("importing", planned_import_bytes(desc.value(), options.plan));
+    const std::uint64_t planned = planned_import_bytes(desc.value(), options.plan);
+    Progress populate_progress("reading", options.populate ? planned : 0);
+    options.populate_options.progress = [&](std::uint64_t done, std::uint64_t) {
+        populate_progress.update(done);
+        return true;
+    };
+    Progress import_progress("importing", planned);
     options.execute.progress = [&](std::uint64_t done, std::uint64_t) {
         import_progress.update(done);
         return true;

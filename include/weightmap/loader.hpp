@@ -15,6 +15,7 @@
 #include "weightmap/model.hpp"
 #include "weightmap/planner.hpp"
 #include "weightmap/result.hpp"
+#include "weightmap/populate.hpp"
 #include "weightmap/span.hpp"
 
 namespace wm {
@@ -27,6 +28,13 @@ struct LoadOptions {
     /// import declares survives_read_only_reprotect, so a stray store faults instead of
     /// corrupting the model file. Leave it on unless measuring.
     bool reprotect_read_only = true;
+    /// Before importing, bring the planned import extents into the page cache with large
+    /// sequential reads (populate.hpp): a pin otherwise faults a cold file in as the kernel sees
+    /// fit. Off: the A/B (wm-load --no-populate). Its error (a file truncated since it was
+    /// mapped, a read error: file and offset named) fails the load, before anything is imported.
+    bool populate = true;
+    /// Chunk size, threads and progress of that populate step.
+    ReadOptions populate_options;
 };
 
 /// A loaded model: its mappings and its imports. Destruction releases the imports first, then
@@ -47,6 +55,8 @@ public:
     /// Whether the mapping ended up PROT_READ, and if a writable one stayed writable, why.
     bool read_only() const noexcept;
     const std::string& reprotect_note() const noexcept;
+    /// What the populate step read, and how long it took (zero when it did not run).
+    const ReadReport& populate_report() const noexcept;
 
     /// Releases imports, then unmaps. Idempotent; the destructor calls it.
     void unload() noexcept;

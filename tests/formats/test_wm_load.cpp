@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The wm-load binary (path in $WM_LOAD) with the CPU importer standing in for a unified-memory
 // device (it runs on every machine): it prints the device kind and policy it loaded under, and
-// --device / --import-policy change what is imported, every tensor verified either way.
+// --device / --import-policy change what is imported, --no-populate skips the read-ahead, every
+// tensor verified either way.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +65,12 @@ TEST_CASE("wm-load reports the device kind and the policy, and --device changes 
 
     const json never = f.load({"--import-policy", "never"});
     CHECK(never["imports"] == 0);
+
+    // the import extents are read in ahead of the import unless --no-populate
+    CHECK(unified["populate_seconds"].get<double>() > 0);
+    const json cold = f.load({"--no-populate"});
+    CHECK(cold["populate_seconds"].get<double>() == 0);
+    CHECK(cold["imported_bytes"] == unified["imported_bytes"]);
 
     const auto text = wm::test::run_process(
         {wm::test::tool_path("WM_LOAD"), "--importer", "cpu", f.model}, f.dir.path());
