@@ -86,6 +86,24 @@ ModelDesc one_file_model(const std::string& path, std::uint64_t size) {
                  {"b", 0, 20 * MiB, 4 * MiB - 10, 0}};
     return m;
 }
+// A 32 MiB file, its one_file_model, the plan with imports on, and its read-only mapping.
+struct PlannedFile {
+    wm::test::TempFile file{32 * MiB};
+    ModelDesc m = one_file_model(file.path(), file.size());
+    Plan plan;
+    MappedModel mapped;
+    PlannedFile() {
+        PlanOptions o;
+        o.import_enabled = true;
+        auto planned = make_plan(m, o);
+        REQUIRE(planned.ok());
+        plan = std::move(planned).value();
+        const std::string paths[] = {file.path()};
+        auto opened = MappedModel::open(paths, MappingAccess::read_only, {});
+        REQUIRE(opened.ok());
+        mapped = std::move(opened).value();
+    }
+};
 } // namespace
 
 TEST_CASE("import_extents are the plan's device runs, merged per file") {
@@ -107,16 +125,12 @@ TEST_CASE("import_extents are the plan's device runs, merged per file") {
 }
 
 TEST_CASE("populate brings the planned extents in, reads only, and leaves the rest cold") {
-    wm::test::TempFile file(32 * MiB);
+    PlannedFile p;
+    const wm::test::TempFile& file = p.file;
+    const ModelDesc& m = p.m;
+    const Plan* plan = &p.plan;
+    const MappedModel* mapped = &p.mapped;
     const std::uint64_t hash = wm::test::hash_file(file.path());
-    const ModelDesc m = one_file_model(file.path(), file.size());
-    PlanOptions o;
-    o.import_enabled = true;
-    auto plan = make_plan(m, o);
-    REQUIRE(plan.ok());
-    const std::string paths[] = {file.path()};
-    auto mapped = MappedModel::open(paths, MappingAccess::read_only, {});
-    REQUIRE(mapped.ok());
     if (!evict(file.path(), file.size())) {
         WARN("the filesystem of " << file.path() << " cannot be evicted (tmpfs?): cold part skipped");
     } else {
@@ -151,15 +165,11 @@ TEST_CASE("populate brings the planned extents in, reads only, and leaves the re
 }
 
 TEST_CASE("populate and the copy fail naming file and offset when the file shrank after planning") {
-    wm::test::TempFile file(32 * MiB);
-    const ModelDesc m = one_file_model(file.path(), file.size());
-    PlanOptions o;
-    o.import_enabled = true;
-    auto plan = make_plan(m, o);
-    REQUIRE(plan.ok());
-    const std::string paths[] = {file.path()};
-    auto mapped = MappedModel::open(paths, MappingAccess::read_only, {});
-    REQUIRE(mapped.ok());
+    PlannedFile p;
+    const wm::test::TempFile& file = p.file;
+    const ModelDesc& m = p.m;
+    const Plan* plan = &p.plan;
+    const MappedModel* mapped = &p.mapped;
     REQUIRE(::truncate(file.path().c_str(), 22 * MiB) == 0);
     const std::size_t fds = open_fds();
     auto populated = populate_imports(m, *plan, mapped->files());
