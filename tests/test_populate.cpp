@@ -159,7 +159,12 @@ TEST_CASE("populate brings the planned extents in, reads only, and leaves the re
     // the page tables hold them (RssFile), no anonymous copy was made, the mapping is read-only
     REQUIRE(before.rss_file);
     CHECK(*after.rss_file >= *before.rss_file + 12 * MiB);
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer's per-thread state is anonymous memory (+1.9 MiB for the reading threads).
+    WARN("RssAnon not checked under ThreadSanitizer");
+#else
     CHECK(*after.rss_anon < *before.rss_anon + MiB);
+#endif
     CHECK(maps_line_of(f.base).find(" r--s ") != std::string::npos);
     CHECK(wm::test::hash_file(file.path()) == hash);
 }
@@ -265,9 +270,12 @@ TEST_CASE("a cancel from the progress callback stops populate and the copy, noth
     REQUIRE(mapped.ok());
     const std::size_t fds = open_fds();
 
+    // One thread, so that the calling thread reads every chunk and the cancel lands on its
+    // third report; with more threads the stop is the same flag, but how many chunks the
+    // calling thread itself reads depends on timing.
     ReadOptions ro;
     ro.chunk_size = MiB;
-    ro.threads = 2;
+    ro.threads = 1;
     int calls = 0;
     ro.progress = [&](std::uint64_t, std::uint64_t) { return ++calls < 3; };
     auto populated = populate_imports(m, *plan, mapped->files(), ro);
@@ -275,8 +283,9 @@ TEST_CASE("a cancel from the progress callback stops populate and the copy, noth
     CHECK(populated.error().kind == ErrorKind::aborted);
     CHECK(calls == 3);
 
-    // across three files, all of it when not cancelled
+    // across three files on three threads, all of it when not cancelled
     ro.progress = nullptr;
+    ro.threads = 3;
     auto all = populate_imports(m, *plan, mapped->files(), ro);
     REQUIRE(all.ok());
     CHECK(all->bytes == 48 * MiB);
@@ -287,6 +296,7 @@ TEST_CASE("a cancel from the progress callback stops populate and the copy, noth
     CopyDestination to;
     to.address = [&](std::uint32_t) { return static_cast<void*>(dst.data()); };
     calls = 0;
+    ro.threads = 1;
     ro.progress = [&](std::uint64_t, std::uint64_t) { return ++calls < 2; };
     auto copied = copy_fallback_tensors(m, fallback, to, ro);
     REQUIRE_FALSE(copied.ok());
