@@ -126,15 +126,11 @@ TEST_CASE("import_extents are the plan's device runs, merged per file") {
 
 TEST_CASE("populate brings the planned extents in, reads only, and leaves the rest cold") {
     PlannedFile p;
-    const wm::test::TempFile& file = p.file;
-    const ModelDesc& m = p.m;
-    const Plan* plan = &p.plan;
-    const MappedModel* mapped = &p.mapped;
-    const std::uint64_t hash = wm::test::hash_file(file.path());
-    if (!evict(file.path(), file.size())) {
-        WARN("the filesystem of " << file.path() << " cannot be evicted (tmpfs?): cold part skipped");
+    const std::uint64_t hash = wm::test::hash_file(p.file.path());
+    if (!evict(p.file.path(), p.file.size())) {
+        WARN("the filesystem of " << p.file.path() << " cannot be evicted (tmpfs?): cold part skipped");
     } else {
-        CHECK(resident_pages(mapped->files()[0], 0, 32 * MiB) * 100 < 8192);
+        CHECK(resident_pages(p.mapped.files()[0], 0, 32 * MiB) * 100 < 8192);
     }
     const MemStat before = read_memstat();
     std::vector<std::uint64_t> progress;
@@ -146,14 +142,14 @@ TEST_CASE("populate brings the planned extents in, reads only, and leaves the re
         CHECK(total == 12 * MiB + 4096); // whole pages: the file is longer than the extents
         return true;
     };
-    auto report = populate_imports(m, *plan, mapped->files(), ro);
+    auto report = populate_imports(p.m, p.plan, p.mapped.files(), ro);
     REQUIRE(report.ok());
     const MemStat after = read_memstat();
     CHECK(report->bytes == 12 * MiB + 4096);
     CHECK(report->method == "MADV_POPULATE_READ");
     CHECK_FALSE(progress.empty());
     CHECK(std::is_sorted(progress.begin(), progress.end()));
-    const MappedFile& f = mapped->files()[0];
+    const MappedFile& f = p.mapped.files()[0];
     CHECK(resident_pages(f, 4 * MiB, 8 * MiB + 4096) == (8 * MiB + 4096) / 4096);
     CHECK(resident_pages(f, 20 * MiB, 4 * MiB) == MiB / 1024);
     // the page tables hold them (RssFile), no anonymous copy was made, the mapping is read-only
@@ -166,31 +162,27 @@ TEST_CASE("populate brings the planned extents in, reads only, and leaves the re
     CHECK(*after.rss_anon < *before.rss_anon + MiB);
 #endif
     CHECK(maps_line_of(f.base).find(" r--s ") != std::string::npos);
-    CHECK(wm::test::hash_file(file.path()) == hash);
+    CHECK(wm::test::hash_file(p.file.path()) == hash);
 }
 
 TEST_CASE("populate and the copy fail naming file and offset when the file shrank after planning") {
     PlannedFile p;
-    const wm::test::TempFile& file = p.file;
-    const ModelDesc& m = p.m;
-    const Plan* plan = &p.plan;
-    const MappedModel* mapped = &p.mapped;
-    REQUIRE(::truncate(file.path().c_str(), 22 * MiB) == 0);
+    REQUIRE(::truncate(p.file.path().c_str(), 22 * MiB) == 0);
     const std::size_t fds = open_fds();
-    auto populated = populate_imports(m, *plan, mapped->files());
+    auto populated = populate_imports(p.m, p.plan, p.mapped.files());
     REQUIRE_FALSE(populated.ok());
     CHECK(populated.error().kind == ErrorKind::io);
     CHECK_THAT(populated.error().message,
-               Catch::Contains(file.path()) && Catch::Contains("ends at offset 23068672") &&
+               Catch::Contains(p.file.path()) && Catch::Contains("ends at offset 23068672") &&
                    Catch::Contains("[20971520, +4194304)"));
     std::vector<std::byte> dst(8 * MiB);
-    Plan fallback = *plan;
+    Plan fallback = p.plan;
     for (TensorPlacement& t : fallback.tensors) t.run = no_index;
     CopyDestination to;
     to.address = [&](std::uint32_t) { return static_cast<void*>(dst.data()); };
-    auto copied = copy_fallback_tensors(m, fallback, to);
+    auto copied = copy_fallback_tensors(p.m, fallback, to);
     REQUIRE_FALSE(copied.ok());
-    CHECK_THAT(copied.error().message, Catch::Contains(file.path()) && Catch::Contains("20971520"));
+    CHECK_THAT(copied.error().message, Catch::Contains(p.file.path()) && Catch::Contains("20971520"));
     CHECK(open_fds() == fds);
 }
 
