@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/placement_access.hpp"
 #include "internal/plan_edit.hpp"
 
 namespace wm {
@@ -26,9 +27,13 @@ struct __attribute__((visibility("hidden"))) Placement::Impl {
     // Per region, per run: index into imports, or no_index when that run was not imported.
     std::vector<std::vector<std::uint32_t>> run_import;
     std::vector<LiveImport> imports;
+    // Released before the imports, last attached first (cuda_pin_fallbacks' pins).
+    std::vector<std::function<void()>> attachments;
     LogCallback log;
 
     void release_all() noexcept {
+        for (auto it = attachments.rbegin(); it != attachments.rend(); ++it) (*it)();
+        attachments.clear();
         // Reverse order of import, as the backends' own teardown expects.
         for (auto it = imports.rbegin(); it != imports.rend(); ++it) {
             if (it->importer == nullptr) continue;
@@ -116,6 +121,10 @@ PlacedImport Placement::import_at(std::size_t index) const noexcept {
 
 void Placement::release_all() noexcept {
     if (impl_) impl_->release_all();
+}
+
+void internal::PlacementAccess::attach(Placement& placement, std::function<void()> release) {
+    placement.impl_->attachments.push_back(std::move(release));
 }
 
 TensorLocation Placement::locate(std::uint32_t index) const {

@@ -15,12 +15,18 @@ namespace {
 
 std::unique_ptr<Importer> create_cpu() { return make_cpu_importer(); }
 
-const std::array<ImporterEntry, 3> table = {{
+const std::array<ImporterEntry, 4> table = {{
 #if WEIGHTMAP_HAVE_HSA
     {"hsa", true, {}, true, &create_default_hsa_importer},
 #else
     {"hsa", false, "built without the HSA importer (meson -Dhsa=enabled needs libhsa-runtime-dev)",
      true, nullptr},
+#endif
+#if WEIGHTMAP_HAVE_CUDA
+    // May: it asks for a writable mapping only where the device lacks read-only registration.
+    {"cuda", true, {}, true, &create_default_cuda_importer},
+#else
+    {"cuda", false, "built without the CUDA importer (meson -Dcuda=disabled)", true, nullptr},
 #endif
 #if WEIGHTMAP_HAVE_VULKAN
     {"vulkan", true, {}, false, &create_default_vulkan_importer},
@@ -59,7 +65,7 @@ Result<std::unique_ptr<Importer>> create_importer(std::string_view name) {
         return make_error(ErrorKind::unsupported,
                           fmt::format("no importer is available ({})", refusals));
     return make_error(ErrorKind::invalid_argument,
-                      fmt::format("unknown importer '{}' (known: hsa, vulkan, cpu, auto)", name));
+                      fmt::format("unknown importer '{}' (known: hsa, cuda, vulkan, cpu, auto)", name));
 }
 
 } // namespace wm

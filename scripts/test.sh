@@ -17,7 +17,7 @@ cd "$root"
 bash scripts/setup.sh
 
 stages=${STAGES:-release consumers llama asan tsan fuzz}
-common=(--werror -Dvulkan=enabled -Dhsa=enabled)
+common=(--werror -Dvulkan=enabled -Dhsa=enabled -Dcuda=enabled)
 passed=0
 failed=0
 summary=()
@@ -117,7 +117,9 @@ for stage in $stages; do
       # Only the threaded tests are built here: the rest already ran twice.
       run_stage tsan build-tsan bash -c "bash scripts/build.sh build-tsan ${common[*]} \
           -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
-          tests/test_concurrency tests/test_memstat tests/test_split_sync tests/test_populate &&
+          tests/test_concurrency tests/test_memstat tests/test_split_sync tests/test_populate \
+          tests/cuda/test_cuda_importer tests/cuda/test_fake_cuda_driver \
+          tests/cuda/libfake_cuda_driver.so &&
         meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 3 --suite tsan" || overall=1
       count build-tsan tsan ;;
     fuzz)

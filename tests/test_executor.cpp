@@ -279,7 +279,10 @@ TEST_CASE("unavailable importer: fallback with its reason, nothing imported", "[
 
 TEST_CASE("registry: CPU last, always available; unknown names are errors", "[registry]") {
     auto table = importer_registry();
-    REQUIRE(table.size() == 3);
+    REQUIRE(table.size() == 4);
+    CHECK(table[0].name == "hsa");
+    CHECK(table[1].name == "cuda");
+    CHECK(table[2].name == "vulkan");
     CHECK(table.back().name == "cpu");
     CHECK(table.back().built);
     auto cpu = create_importer("cpu");

@@ -110,8 +110,8 @@ struct Args {
 // (--help, or a parse error).
 std::optional<int> parse_args(int argc, char** argv, Args& args) {
     CLI::App app{"wm-load: load a model through libweightmap, verify it, report its memory", "wm-load"};
-    app.add_option("--importer", args.importer_name, "auto|cpu|vulkan|hsa (auto: first available)")
-        ->check(CLI::IsMember({"auto", "cpu", "vulkan", "hsa"}));
+    app.add_option("--importer", args.importer_name, "auto|cpu|vulkan|hsa|cuda (auto: first available)")
+        ->check(CLI::IsMember({"auto", "cpu", "vulkan", "hsa", "cuda"}));
     app.add_flag("--copy", args.copy_arm, "control arm: copy device tensors instead of importing");
     app.add_flag("--json", args.json, "print one JSON object");
     app.add_flag("--no-populate", args.no_populate,

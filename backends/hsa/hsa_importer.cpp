@@ -4,7 +4,6 @@
 #include "weightmap/backends/hsa.hpp"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "hsa_runtime.hpp"
 #include "internal/align.hpp"
 #include "internal/backend_factories.hpp"
+#include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
@@ -22,14 +22,6 @@
 namespace wm {
 namespace {
 
-constexpr const char* default_library = "libhsa-runtime64.so.1";
-
-std::string resolve_library_path(const std::string& requested) {
-    if (!requested.empty()) return requested;
-    const char* env = std::getenv("WEIGHTMAP_HSA_LIBRARY");
-    if (env != nullptr && *env != '\0') return env;
-    return default_library;
-}
 
 std::string list_agents(const std::vector<hsa::Runtime::AgentInfo>& agents) {
     std::string out;
@@ -286,7 +278,8 @@ Result<std::unique_ptr<Importer>> make_hsa_importer(const HsaImporterParams& par
                                   fmt::format("HsaImporterParams::agents[{}] = {:#x} repeats "
                                               "agents[{}]", i, params.agents[i], j));
     }
-    const std::string path = resolve_library_path(params.library_path);
+    const std::string path = internal::library_path(params.library_path, "WEIGHTMAP_HSA_LIBRARY",
+                                                   "libhsa-runtime64.so.1");
     auto runtime = hsa::Runtime::open(path);
     if (!runtime) return unavailable(std::move(runtime).error().message);
 

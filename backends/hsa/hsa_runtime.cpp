@@ -8,23 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "internal/dl_resolve.hpp"
+
 namespace wm::hsa {
-namespace {
 
-template <class Fn>
-bool resolve(void* handle, const char* symbol, Fn& out, std::string& missing) {
-    dlerror();
-    void* p = dlsym(handle, symbol);
-    if (p == nullptr) {
-        const char* why = dlerror();
-        missing = fmt::format("{} ({})", symbol, why != nullptr ? why : "null symbol");
-        return false;
-    }
-    out = reinterpret_cast<Fn>(p);
-    return true;
-}
-
-} // namespace
+using internal::resolve_symbol;
 
 Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& path) {
     std::unique_ptr<Runtime> runtime(new Runtime());
@@ -42,13 +30,13 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& path) {
     Api& api = runtime->api_;
     std::string missing;
     void* h = runtime->handle_;
-    if (!resolve(h, "hsa_init", api.init, missing) ||
-        !resolve(h, "hsa_shut_down", api.shut_down, missing) ||
-        !resolve(h, "hsa_status_string", api.status_string, missing) ||
-        !resolve(h, "hsa_iterate_agents", api.iterate_agents, missing) ||
-        !resolve(h, "hsa_agent_get_info", api.agent_get_info, missing) ||
-        !resolve(h, "hsa_amd_memory_lock", api.memory_lock, missing) ||
-        !resolve(h, "hsa_amd_memory_unlock", api.memory_unlock, missing))
+    if (!resolve_symbol(h, "hsa_init", api.init, missing) ||
+        !resolve_symbol(h, "hsa_shut_down", api.shut_down, missing) ||
+        !resolve_symbol(h, "hsa_status_string", api.status_string, missing) ||
+        !resolve_symbol(h, "hsa_iterate_agents", api.iterate_agents, missing) ||
+        !resolve_symbol(h, "hsa_agent_get_info", api.agent_get_info, missing) ||
+        !resolve_symbol(h, "hsa_amd_memory_lock", api.memory_lock, missing) ||
+        !resolve_symbol(h, "hsa_amd_memory_unlock", api.memory_unlock, missing))
         return make_error(ErrorKind::unsupported,
                           fmt::format("the HSA runtime '{}' lacks {}", path, missing));
     // Without /dev/kfd the Debian 12 runtime (ROCm 5.2) returns HSA_STATUS_ERROR_OUT_OF_RESOURCES

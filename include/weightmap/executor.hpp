@@ -24,6 +24,10 @@
 
 namespace wm {
 
+namespace internal {
+struct PlacementAccess; // lib/internal/placement_access.hpp: what backends attach to a Placement
+}
+
 struct ExecuteOptions {
     LogCallback log;             ///< empty: the process-wide default (stderr)
     /// Called after each import with the extent bytes imported so far and the total planned.
@@ -83,6 +87,7 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    friend struct internal::PlacementAccess;
     friend Result<Placement> execute_plan(const ModelDesc&, Plan, Span<const MappedFile>,
                                           Span<Importer* const>, const ExecuteOptions&);
 };

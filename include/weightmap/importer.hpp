@@ -78,7 +78,7 @@ class WM_API Importer {
 public:
     virtual ~Importer() = default;
 
-    /// Short stable name: "cpu", "vulkan", "hsa", or a test's own.
+    /// Short stable name: "cpu", "vulkan", "hsa", "cuda", or a test's own.
     virtual std::string_view name() const noexcept = 0;
     /// May allocate (file_pages_note), so it is not noexcept; implementations may be.
     virtual ImporterCaps caps() const = 0;

@@ -67,6 +67,10 @@ wm_status fail(wm_status status, std::string message);
 /// The C status of a C++ error, recorded as this thread's last error as "FUNCTION: MESSAGE".
 wm_status fail(const char* function, const Error& error);
 wm_status status_of(ErrorKind kind) noexcept;
+/// A wm_device_memory as C stored it; any other int is unknown.
+DeviceMemory device_memory_from_c(const wm_device_memory& memory) noexcept;
+/// Wraps `importer` in a new handle in *out; WM_OK.
+wm_status hand_out(std::unique_ptr<Importer> importer, wm_importer** out);
 ErrorKind kind_of(wm_status status) noexcept;
 
 /// Runs `body` (returning wm_status) so that no exception crosses into C: bad_alloc becomes

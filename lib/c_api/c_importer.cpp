@@ -9,6 +9,14 @@
 
 namespace wm::c_api {
 
+DeviceMemory device_memory_from_c(const wm_device_memory& memory) noexcept {
+    // Any value C passed that is not a wm_device_memory counts as unknown: the safe answer.
+    const long long raw = raw_enum(memory);
+    return raw == WM_DEVICE_MEMORY_UNIFIED    ? DeviceMemory::unified
+           : raw == WM_DEVICE_MEMORY_DISCRETE ? DeviceMemory::discrete
+                                              : DeviceMemory::unknown;
+}
+
 ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     ImporterCaps out;
     out.needs_writable_mapping = caps.needs_writable_mapping;
@@ -18,11 +26,7 @@ ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
     out.refuses_file_pages = caps.refuses_file_pages;
     if (caps.file_pages_note != nullptr) out.file_pages_note = caps.file_pages_note;
-    // Any value C passed that is not a wm_device_memory counts as unknown: the safe answer.
-    const long long memory = raw_enum(caps.device_memory);
-    out.device_memory = memory == WM_DEVICE_MEMORY_UNIFIED    ? DeviceMemory::unified
-                        : memory == WM_DEVICE_MEMORY_DISCRETE ? DeviceMemory::discrete
-                                                              : DeviceMemory::unknown;
+    out.device_memory = device_memory_from_c(caps.device_memory);
     if (caps.device_memory_note != nullptr) out.device_memory_note = caps.device_memory_note;
     return out;
 }
@@ -132,12 +136,6 @@ private:
     std::string name_;
 };
 
-wm_status hand_out(std::unique_ptr<Importer> importer, wm_importer** out) {
-    auto handle = std::make_unique<wm_importer>();
-    handle->importer = std::move(importer);
-    *out = handle.release();
-    return WM_OK;
-}
 
 // Registry entries as NUL-terminated strings (the table holds string_views).
 struct RegistryStrings {
@@ -156,6 +154,14 @@ const RegistryStrings& registry_strings() {
 }
 
 } // namespace
+
+wm_status hand_out(std::unique_ptr<Importer> importer, wm_importer** out) {
+    auto handle = std::make_unique<wm_importer>();
+    handle->importer = std::move(importer);
+    *out = handle.release();
+    return WM_OK;
+}
+
 } // namespace wm::c_api
 
 using namespace wm::c_api;

@@ -9,4 +9,5 @@
 namespace wm {
 std::unique_ptr<Importer> create_default_hsa_importer();
 std::unique_ptr<Importer> create_default_vulkan_importer();
+std::unique_ptr<Importer> create_default_cuda_importer();
 } // namespace wm

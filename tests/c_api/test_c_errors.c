@@ -176,7 +176,8 @@ static void case_registry_entries_and_bad_indices(void) {
         CHECK_EQ(e.struct_size, sizeof e);
         REQUIRE(e.name != NULL);
         REQUIRE(e.build_note != NULL);
-        CHECK(strcmp(e.name, "hsa") == 0 || strcmp(e.name, "vulkan") == 0 || strcmp(e.name, "cpu") == 0);
+        CHECK(strcmp(e.name, "hsa") == 0 || strcmp(e.name, "cuda") == 0 ||
+              strcmp(e.name, "vulkan") == 0 || strcmp(e.name, "cpu") == 0);
         if (e.built) CHECK_STR_EQ(e.build_note, "");
         else CHECK(e.build_note[0] != '\0');
         if (i + 1 == count) { /* CPU last, always built */

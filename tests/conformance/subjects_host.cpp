@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The conformance subjects that need no Vulkan device: the CPU passthrough, the HSA importer on
-// the fake runtime (tests/hsa), and the test fakes (tests/fakes). Public API only, apart from
+// the fake runtime (tests/hsa), the CUDA importer on the fake driver (tests/cuda), and the test
+// fakes (tests/fakes). Public API only, apart from
 // the fakes themselves.
 #include <memory>
 #include <stdexcept>
@@ -16,9 +17,26 @@
 #ifdef WM_CONFORMANCE_FAKE_HSA
 #include "hsa/fake_hsa.hpp"
 #endif
+#ifdef WM_CONFORMANCE_FAKE_CUDA
+#include "cuda/fake_cuda.hpp"
+#include "weightmap/backends/cuda.hpp"
+#endif
 
 namespace wm::conformance {
 namespace {
+
+// A fake driver's counters are process-wide: `reset` them only when no instance of the subject
+// is alive (case 4 holds two), never under a live one's baseline. Each instance keeps the
+// returned token.
+[[maybe_unused]] std::shared_ptr<void> baseline(std::weak_ptr<void>& alive, void (*reset)()) {
+    std::shared_ptr<void> token = alive.lock();
+    if (!token) {
+        reset();
+        token = std::make_shared<int>(0);
+        alive = token;
+    }
+    return token;
+}
 
 Subject cpu_subject() {
     Subject s;
@@ -46,15 +64,8 @@ Subject hsa_subject() {
     s.device_address_is_host = false; // the fake's agent pointers are host + 2^44, like a dGPU
 #ifdef WM_CONFORMANCE_FAKE_HSA
     s.make = [] {
-        // The fake's counters are process-wide: reset them only when no HSA subject instance is
-        // alive (case 4 holds two), never under a live one's baseline.
         static std::weak_ptr<void> alive;
-        std::shared_ptr<void> token = alive.lock();
-        if (!token) {
-            wm::test::FakeHsa::fresh();
-            token = std::make_shared<int>(0);
-            alive = token;
-        }
+        std::shared_ptr<void> token = baseline(alive, [] { wm::test::FakeHsa::fresh(); });
         HsaImporterParams params; // every GPU agent of the fake, no budget
         params.library_path = WEIGHTMAP_FAKE_HSA_PATH;
         Result<std::unique_ptr<Importer>> made = make_hsa_importer(params);
@@ -80,6 +91,43 @@ Subject hsa_subject() {
         return std::string("the HSA importer is not built (meson -Dhsa=enabled needs the ROCm "
                            "HSA headers, libhsa-runtime-dev)");
     };
+    s.make = [] { return Instance{}; };
+#endif
+    return s;
+}
+
+Subject cuda_subject() {
+    Subject s;
+    s.name = "cuda-fake";
+    s.importer_name = "cuda";
+    s.has_read_back = true;  // cuMemcpyDtoH from the device pointer
+    s.has_copies = true;     // cuMemAlloc + cuMemcpyHtoD
+    s.device_address_is_host = false; // the fake's device pointers are host + 2^57
+#ifdef WM_CONFORMANCE_FAKE_CUDA
+    s.make = [] {
+        static std::weak_ptr<void> alive; // the fake's cuInit is process-wide too
+        std::shared_ptr<void> token = baseline(alive, [] { wm::test::FakeCuda::fresh(); });
+        CudaImporterParams params; // device 0 of the fake: integrated, read-only registration
+        params.library_path = WEIGHTMAP_FAKE_CUDA_PATH;
+        Result<std::unique_ptr<Importer>> made = make_cuda_importer(params);
+        if (!made) throw std::runtime_error("make_cuda_importer: " + made.error().message);
+        Instance instance;
+        instance.keep_alive = token;
+        instance.importer = std::move(made).value();
+        instance.observe = [] {
+            static const wm::test::FakeCuda fake; // FakeCuda::fresh() would reset the counters
+            Observation o;
+            o.made = fake.calls("cuMemHostRegister_v2");
+            o.destroyed = fake.calls("cuMemHostUnregister");
+            o.driver_calls = *o.made + *o.destroyed + fake.calls("cuMemAlloc_v2") +
+                             fake.calls("cuMemFree_v2") + fake.calls("cuMemcpyDtoH_v2");
+            o.live = fake.live_registrations() + fake.live_allocations();
+            return o;
+        };
+        return instance;
+    };
+#else
+    s.skip_reason = [] { return std::string("the CUDA importer is not built (-Dcuda=disabled)"); };
     s.make = [] { return Instance{}; };
 #endif
     return s;
@@ -116,7 +164,7 @@ Subject fake_subject(const std::string& name, bool device) {
 } // namespace
 
 const std::vector<Subject>& subjects() {
-    static const std::vector<Subject> all = {cpu_subject(), hsa_subject(),
+    static const std::vector<Subject> all = {cpu_subject(), hsa_subject(), cuda_subject(),
                                              fake_subject("fake", false),
                                              fake_subject("fake-device", true)};
     return all;

@@ -29,8 +29,9 @@ struct Fixture {
         model = dir.path() + "/dense.gguf";
         REQUIRE(write_gguf(model, make_synthetic_model(o).spec, DataFill::pattern));
     }
-    json load(std::vector<std::string> args) {
-        args.insert(args.begin(), {wm::test::tool_path("WM_LOAD"), "--importer", "cpu", "--json"});
+    json load(std::vector<std::string> args, const char* importer = "cpu") {
+        args.insert(args.begin(), {wm::test::tool_path("WM_LOAD"), "--importer", importer,
+                                   "--json"});
         args.push_back(model);
         const auto r = wm::test::run_process(args, dir.path());
         INFO(r.err);
@@ -78,3 +79,33 @@ TEST_CASE("wm-load reports the device kind and the policy, and --device changes 
     CHECK_THAT(text.out, Catch::Contains("device memory   unified (the CPU reads its own memory), "
                                          "import policy unified_only"));
 }
+
+#ifdef WEIGHTMAP_FAKE_CUDA_PATH
+// wm-load's own process loads the fake driver (it fails the process at exit on a leak), so these
+// runs also prove wm-load releases every registration and copy.
+TEST_CASE("wm-load --importer cuda imports on an integrated device and verifies through it") {
+    Fixture f;
+    setenv("WEIGHTMAP_CUDA_LIBRARY", WEIGHTMAP_FAKE_CUDA_PATH, 1);
+    const json integrated = f.load({}, "cuda");
+    CHECK(integrated["importer"] == "cuda");
+    CHECK(integrated["device_memory"] == "unified");
+    CHECK(integrated["device_memory_note"] == "NVIDIA GB10: CU_DEVICE_ATTRIBUTE_INTEGRATED 1");
+    CHECK(integrated["imports"].get<int>() >= 1);
+    CHECK(integrated["fallback_bytes"] == 0);
+
+    // A discrete card is unavailable by default, and with the opt-in the plan still copies.
+    setenv("WEIGHTMAP_FAKE_CUDA_MODEL", "discrete", 1);
+    const auto refused = wm::test::run_process(
+        {wm::test::tool_path("WM_LOAD"), "--importer", "cuda", f.model}, f.dir.path());
+    CHECK(refused.status != 0);
+    CHECK_THAT(refused.err, Catch::Contains("'NVIDIA H200' is a discrete GPU"));
+    setenv("WEIGHTMAP_CUDA_ALLOW_DISCRETE", "1", 1);
+    const json discrete = f.load({}, "cuda");
+    CHECK(discrete["device_memory"] == "discrete");
+    CHECK(discrete["imports"] == 0);
+    CHECK(discrete["copied_bytes"] == discrete["device_bytes"]);
+    unsetenv("WEIGHTMAP_CUDA_ALLOW_DISCRETE");
+    unsetenv("WEIGHTMAP_FAKE_CUDA_MODEL");
+    unsetenv("WEIGHTMAP_CUDA_LIBRARY");
+}
+#endif

@@ -8,10 +8,8 @@
 #include <vector>
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
+#include "support/file_mapping.hpp"
 #include "weightmap/backends/hsa.hpp"
 #include "weightmap/executor.hpp"
 
@@ -114,31 +112,6 @@ private:
     int (*last_lock_agents_)(std::uint64_t*, int) = nullptr;
     std::uint64_t (*agent_handle_)(int) = nullptr;
     std::uint64_t (*agent_aperture_)() = nullptr;
-};
-
-/// A test's own MAP_SHARED mapping of a file, writable or PROT_READ.
-class FileMapping {
-public:
-    FileMapping(const std::string& path, std::uint64_t size, bool writable) {
-        int fd = open(path.c_str(), writable ? O_RDWR : O_RDONLY);
-        if (fd < 0) throw std::runtime_error("open " + path);
-        const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-        length_ = (size + page - 1) / page * page;
-        void* p = mmap(nullptr, length_, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
-        close(fd);
-        if (p == MAP_FAILED) throw std::runtime_error("mmap " + path);
-        base_ = static_cast<std::byte*>(p);
-    }
-    ~FileMapping() { munmap(base_, length_); }
-    FileMapping(const FileMapping&) = delete;
-    FileMapping& operator=(const FileMapping&) = delete;
-    std::byte* base() const { return base_; }
-    std::uint64_t length() const { return length_; }
-    MappedFile view() const { return {base_, length_}; }
-
-private:
-    std::byte* base_ = nullptr;
-    std::uint64_t length_ = 0;
 };
 
 } // namespace wm::test

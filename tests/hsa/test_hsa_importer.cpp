@@ -14,6 +14,7 @@
 #include <hsa/hsa.h>
 
 #include "hsa/fake_hsa.hpp"
+#include "support/capture_log.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/backends/hsa.hpp"
 #include "weightmap/log.hpp"
@@ -32,18 +33,6 @@ struct WritableFile {
     FileMapping map{file.path(), file.size(), true};
 };
 
-// Restores the default log callback however the test ends.
-struct CaptureLog {
-    std::mutex mutex;
-    std::vector<std::string> warnings;
-    CaptureLog() {
-        set_log_callback([this](LogLevel level, std::string_view message) {
-            std::lock_guard<std::mutex> guard(mutex);
-            if (level == LogLevel::warning) warnings.emplace_back(message);
-        });
-    }
-    ~CaptureLog() { set_log_callback({}); }
-};
 } // namespace
 
 TEST_CASE("an importer on the fake runtime is available with the HSA caps", "[hsa]") {
@@ -393,7 +382,7 @@ TEST_CASE("overlapping locks of the same start page are counted one unlock each"
 TEST_CASE("destroying the importer unlocks what the caller forgot, then shuts down", "[hsa]") {
     FakeHsa& fake = FakeHsa::fresh();
     WritableFile f;
-    CaptureLog log;
+    wm::test::CaptureLog log;
     {
         auto hsa = fake.importer();
         REQUIRE(hsa->import(f.map.base(), page).ok());

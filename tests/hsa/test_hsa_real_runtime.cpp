@@ -16,18 +16,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "support/smoke_check.hpp"
 #include "weightmap/backends/hsa.hpp"
 
 namespace {
 
-constexpr int exit_skip = 77;
-int failures = 0;
-
-void check(bool ok, const char* what, const std::string& detail = {}) {
-    std::printf("%s: %s%s%s\n", ok ? "ok" : "FAIL", what, detail.empty() ? "" : " - ",
-                detail.c_str());
-    if (!ok) ++failures;
-}
+using wm::test::smoke::check;
+using wm::test::smoke::exit_skip;
+using wm::test::smoke::failures;
 
 // A MAP_SHARED mapping of a fresh temporary file of `size` bytes.
 struct TempMapping {

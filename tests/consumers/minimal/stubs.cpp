@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Links against a library built with -Dvulkan=disabled -Dhsa=disabled: the backend headers'
-// factories must still resolve, and say why they cannot help. Exits 1 on any failed check.
+// Links against a library built with -Dvulkan=disabled -Dhsa=disabled -Dcuda=disabled: the
+// backend headers' factories must still resolve, and say why they cannot help. Exits 1 on any failed check.
 #include <cstdio>
 #include <string>
 
+#include <weightmap/backends/cuda.hpp>
 #include <weightmap/backends/hsa.hpp>
 #include <weightmap/registry.hpp>
 #if __has_include(<vulkan/vulkan_core.h>) // the library compiled its Vulkan stub too
@@ -35,6 +36,10 @@ void check_built_without(const wm::Result<T>& result, const char* what) {
 int main() {
     static_assert(__cplusplus == 201703L, "this consumer must be compiled as C++17");
     check_built_without(wm::make_hsa_importer(), "make_hsa_importer");
+    check_built_without(wm::make_cuda_importer(), "make_cuda_importer");
+    wm::Placement placement;
+    auto cpu = wm::make_cpu_importer();
+    check_built_without(wm::cuda_pin_fallbacks(*cpu, placement, {}, {}), "cuda_pin_fallbacks");
 #ifdef CHECK_VULKAN
     check_built_without(wm::make_vulkan_importer({}), "make_vulkan_importer");
 #else

@@ -1,0 +1,377 @@
+// SPDX-License-Identifier: MIT
+// The CUDA importer: cuMemHostRegister(DEVICEMAP [| READ_ONLY]) of page-aligned ranges of the
+// weight mapping, in the engine's context or the device's primary context.
+#include "cuda_importer.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "internal/backend_factories.hpp"
+#include "internal/dl_resolve.hpp"
+#include "internal/nothrow.hpp"
+#include "weightmap/backends/cuda.hpp"
+#include "weightmap/log.hpp"
+#include "weightmap/planner.hpp"
+
+namespace wm::cuda {
+namespace {
+
+// Makes a context current on this thread for one call and restores the previous one, so an
+// engine's current context is never changed behind its back.
+class Current {
+public:
+    Current(const Api& api, CUcontext context)
+        : api_(api), result_(api.ctx_push_current(context)) {}
+    ~Current() {
+        CUcontext popped = nullptr;
+        if (result_ == CUDA_SUCCESS) api_.ctx_pop_current(&popped);
+    }
+    Current(const Current&) = delete;
+    Current& operator=(const Current&) = delete;
+    CUresult result() const noexcept { return result_; }
+
+private:
+    const Api& api_;
+    const CUresult result_;
+};
+
+std::string flag_names(unsigned flags) {
+    std::string out;
+    const auto add = [&](unsigned bit, const char* name) {
+        if ((flags & bit) != 0) out += fmt::format("{}{}", out.empty() ? "" : "|", name);
+    };
+    add(CU_MEMHOSTREGISTER_PORTABLE, "PORTABLE");
+    add(CU_MEMHOSTREGISTER_DEVICEMAP, "DEVICEMAP");
+    add(CU_MEMHOSTREGISTER_READ_ONLY, "READ_ONLY");
+    return out.empty() ? "0" : out;
+}
+
+// What a refused registration most likely means, for the reason the region falls back with.
+const char* register_hint(CUresult result, unsigned flags) {
+    if (result == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+        return " (some of these pages are already registered in this process: by the engine, "
+               "another importer or a pin)";
+    if (result == CUDA_ERROR_INVALID_VALUE && (flags & CU_MEMHOSTREGISTER_READ_ONLY) == 0)
+        return " (pages the CPU maps read-only need CU_MEMHOSTREGISTER_READ_ONLY, which this "
+               "device does not support: map the weights MAP_SHARED with PROT_READ|PROT_WRITE)";
+    return "";
+}
+
+} // namespace
+
+CudaImporter::CudaImporter(std::unique_ptr<Driver> driver, DeviceFacts facts,
+                           CUcontext engine_context, Availability availability)
+    : driver_(std::move(driver)), facts_(std::move(facts)), engine_context_(engine_context),
+      availability_(std::move(availability)), page_(host_page_size()) {}
+
+CudaImporter::~CudaImporter() {
+    if (!driver_) return;
+    release_leftovers();
+    if (primary_ != nullptr) driver_->api().primary_ctx_release(facts_.device);
+}
+
+void CudaImporter::release_leftovers() noexcept {
+    if (registrations_.empty() && copies_.empty()) return;
+    const std::size_t registered = registrations_.size(), copied = copies_.size();
+    for (const auto& [host, registration] : registrations_) (void)unregister(host, registration);
+    registrations_.clear();
+    for (const auto& [device_pointer, size] : copies_) {
+        if (Result<CUcontext> ctx = context(); ctx) {
+            Current current(driver_->api(), ctx.value());
+            if (current.result() == CUDA_SUCCESS) driver_->api().mem_free(device_pointer);
+        }
+    }
+    copies_.clear();
+    (void)internal::status_nothrow([&]() -> Status {
+        log_message({}, LogLevel::warning,
+                    fmt::format("cuda importer destroyed with {} registration(s) and {} copy "
+                                "buffer(s) still held; released them (release every buffer and "
+                                "destroy placements first)",
+                                registered, copied));
+        return {};
+    });
+}
+
+ImporterCaps CudaImporter::caps() const {
+    ImporterCaps caps;
+    // The Driver API requires READ_ONLY to register pages the CPU maps read-only, except where
+    // the device reads through the host's page tables; without either, HSA's rule applies.
+    caps.needs_writable_mapping =
+        driver_ != nullptr && !facts_.read_only_register && !facts_.host_page_tables;
+    caps.alignment = page_; // CUDA 4.x required page alignment; later docs say nothing
+    caps.max_import_size = 0;
+    caps.is_cpu = false;
+    caps.survives_read_only_reprotect = false; // not documented either way
+    caps.device_memory = facts_.memory;
+    caps.device_memory_note = facts_.memory_note;
+    return caps;
+}
+
+Result<CUcontext> CudaImporter::context() {
+    if (engine_context_ != nullptr) return engine_context_;
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (primary_ != nullptr) return primary_;
+    CUcontext retained = nullptr;
+    const CUresult result = driver_->api().primary_ctx_retain(&retained, facts_.device);
+    if (result != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuDevicePrimaryCtxRetain(device {} '{}') failed: {}",
+                                      facts_.device, facts_.name, describe(result)));
+    primary_ = retained;
+    return retained;
+}
+
+// Enters the importer's context for one driver call (`current` holds it until it goes).
+#define WM_CUDA_ENTER(current)                                                                    \
+    Result<CUcontext> current##_context = context();                                             \
+    if (!current##_context) return std::move(current##_context).error();                         \
+    Current current(driver_->api(), current##_context.value());                                  \
+    if (current.result() != CUDA_SUCCESS)                                                        \
+        return make_error(ErrorKind::import_failed,                                              \
+                          fmt::format("cuCtxPushCurrent failed: {}", describe(current.result())));
+
+Status CudaImporter::check_range(const char* what, void* host, std::uint64_t size) const {
+    const auto address = reinterpret_cast<std::uintptr_t>(host);
+    if (host == nullptr || size == 0)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{}: null address ({}) or zero size ({})", what, host, size));
+    if (address % page_ != 0 || size % page_ != 0)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{}: {} +{:#x} is not aligned to the {}-byte page", what,
+                                      host, size, page_));
+    if (size > UINTPTR_MAX - address)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{}: {} +{:#x} wraps the address space", what, host, size));
+    return {};
+}
+
+Status CudaImporter::register_range(void* host, std::uint64_t size, unsigned flags, Kind kind,
+                                    CUdeviceptr* device_pointer) {
+    WM_CUDA_ENTER(current)
+    const Api& api = driver_->api();
+    const CUresult registered = api.mem_host_register(host, size, flags);
+    if (registered != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuMemHostRegister({}, {:#x}, {}) failed on '{}': {}{}",
+                                      host, size, flag_names(flags), facts_.name,
+                                      describe(registered), register_hint(registered, flags)));
+    CUdeviceptr mapped = 0;
+    if (kind == Kind::import) {
+        const CUresult got = api.mem_host_get_device_pointer(&mapped, host, 0);
+        if (got != CUDA_SUCCESS || mapped == 0) {
+            api.mem_host_unregister(host);
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("cuMemHostGetDevicePointer({}) failed on '{}': {}; "
+                                          "unregistered it",
+                                          host, facts_.name,
+                                          got != CUDA_SUCCESS ? describe(got)
+                                                              : "a null device pointer"));
+        }
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    registrations_[reinterpret_cast<std::uintptr_t>(host)] = {size, mapped, kind};
+    *device_pointer = mapped;
+    return {};
+}
+
+Status CudaImporter::unregister(std::uintptr_t host, const Registration& registration) noexcept {
+    return internal::status_nothrow([&]() -> Status {
+        WM_CUDA_ENTER(current)
+        const CUresult result = driver_->api().mem_host_unregister(reinterpret_cast<void*>(host));
+        if (result != CUDA_SUCCESS)
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("cuMemHostUnregister({:#x}, {} bytes) failed: {}", host,
+                                          registration.size, describe(result)));
+        return {};
+    });
+}
+
+Result<ImportedBuffer> CudaImporter::import(void* host_address, std::uint64_t size) {
+    if (!availability_.available)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("cuda importer not available: {}", availability_.reason));
+    if (Status ok = check_range("cuda import", host_address, size); !ok) return ok.error();
+    const unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP |
+                           (facts_.read_only_register ? CU_MEMHOSTREGISTER_READ_ONLY : 0u);
+    CUdeviceptr device_pointer = 0;
+    if (Status registered =
+            register_range(host_address, size, flags, Kind::import, &device_pointer);
+        !registered)
+        return registered.error();
+    ImportedBuffer buffer;
+    buffer.host_address = host_address;
+    buffer.size = size;
+    buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device_pointer));
+    buffer.imported = true;
+    return buffer;
+}
+
+Status CudaImporter::release(const ImportedBuffer& buffer) noexcept {
+    return internal::status_nothrow([&]() -> Status {
+        if (!driver_)
+            return make_error(ErrorKind::invalid_argument,
+                              "cuda release: this importer is not available and holds nothing");
+        const auto host = reinterpret_cast<std::uintptr_t>(buffer.host_address);
+        Registration registration;
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            auto it = registrations_.find(host);
+            if (it == registrations_.end() || it->second.kind != Kind::import ||
+                it->second.size != buffer.size ||
+                it->second.device_pointer != reinterpret_cast<std::uintptr_t>(buffer.device_address))
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("cuda release: {} +{:#x} (device pointer {}) is not "
+                                              "an import of this importer",
+                                              buffer.host_address, buffer.size,
+                                              buffer.device_address));
+            registration = it->second;
+            registrations_.erase(it);
+        }
+        return unregister(host, registration);
+    });
+}
+
+// The device pointer of [offset, offset + size) of one of this importer's imports or copies.
+Result<CUdeviceptr> CudaImporter::device_range(const ImportedBuffer& buffer, std::uint64_t offset,
+                                               std::uint64_t size) {
+    const auto device = static_cast<CUdeviceptr>(
+        reinterpret_cast<std::uintptr_t>(buffer.device_address));
+    bool known = false;
+    {
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (buffer.imported) {
+            auto it = registrations_.find(reinterpret_cast<std::uintptr_t>(buffer.host_address));
+            known = it != registrations_.end() && it->second.kind == Kind::import &&
+                    it->second.device_pointer == device && it->second.size == buffer.size;
+        } else {
+            auto it = copies_.find(device);
+            known = it != copies_.end() && it->second == buffer.size;
+        }
+    }
+    if (!known)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("cuda read_back: {} (device pointer {}, {} bytes) is not a "
+                                      "live {} of this importer",
+                                      buffer.host_address, buffer.device_address, buffer.size,
+                                      buffer.imported ? "import" : "copy"));
+    if (offset > buffer.size || size > buffer.size - offset)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("cuda read_back [{}, +{}) outside a buffer of {} bytes",
+                                      offset, size, buffer.size));
+    return device + offset;
+}
+
+Status CudaImporter::read_back(const ImportedBuffer& buffer, std::uint64_t offset,
+                               std::uint64_t size, void* dst) {
+    if (!driver_)
+        return make_error(ErrorKind::unsupported, "cuda read_back: the driver did not load");
+    Result<CUdeviceptr> source = device_range(buffer, offset, size);
+    if (!source) return std::move(source).error();
+    if (size == 0) return {};
+    WM_CUDA_ENTER(current)
+    const CUresult result = driver_->api().memcpy_dtoh(dst, source.value(), size);
+    if (result != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuMemcpyDtoH({:#x}, {} bytes) failed: {}", source.value(),
+                                      size, describe(result)));
+    return {};
+}
+
+Result<ImportedBuffer> CudaImporter::allocate_copy(const void* src, std::uint64_t size) {
+    if (!driver_)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("cuda allocate_copy: {}", availability_.reason));
+    if (src == nullptr || size == 0)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("cuda allocate_copy: null source ({}) or zero size ({})",
+                                      src, size));
+    WM_CUDA_ENTER(current)
+    const Api& api = driver_->api();
+    CUdeviceptr device = 0;
+    if (const CUresult allocated = api.mem_alloc(&device, size); allocated != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuMemAlloc({} bytes) failed on '{}': {}", size,
+                                      facts_.name, describe(allocated)));
+    if (const CUresult copied = api.memcpy_htod(device, src, size); copied != CUDA_SUCCESS) {
+        api.mem_free(device);
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuMemcpyHtoD({} bytes) failed on '{}': {}", size,
+                                      facts_.name, describe(copied)));
+    }
+    {
+        std::lock_guard<std::mutex> guard(mutex_);
+        copies_[device] = size;
+    }
+    ImportedBuffer buffer;
+    buffer.size = size;
+    buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device));
+    buffer.imported = false;
+    return buffer;
+}
+
+Status CudaImporter::free_copy(const ImportedBuffer& buffer) noexcept {
+    return internal::status_nothrow([&]() -> Status {
+        const auto device = static_cast<CUdeviceptr>(
+            reinterpret_cast<std::uintptr_t>(buffer.device_address));
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            auto it = copies_.find(device);
+            if (buffer.imported || it == copies_.end() || it->second != buffer.size)
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("cuda free_copy: device pointer {} ({} bytes) is "
+                                              "not a copy of this importer",
+                                              buffer.device_address, buffer.size));
+            copies_.erase(it);
+        }
+        WM_CUDA_ENTER(current)
+        if (const CUresult freed = driver_->api().mem_free(device); freed != CUDA_SUCCESS)
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("cuMemFree({:#x}) failed: {}", device, describe(freed)));
+        return {};
+    });
+}
+
+std::string CudaImporter::pin_unavailable_reason() const {
+    if (!driver_) return availability_.reason;
+    if (!facts_.host_register)
+        return fmt::format("'{}' does not support cuMemHostRegister "
+                           "(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0)",
+                           facts_.name);
+    return {};
+}
+
+Status CudaImporter::pin(void* host, std::uint64_t size) {
+    if (std::string why = pin_unavailable_reason(); !why.empty())
+        return make_error(ErrorKind::unsupported, "cuda pin: " + why);
+    if (Status ok = check_range("cuda pin", host, size); !ok) return ok;
+    CUdeviceptr unused = 0;
+    return register_range(host, size,
+                          facts_.read_only_register ? CU_MEMHOSTREGISTER_READ_ONLY : 0u,
+                          Kind::pin, &unused);
+}
+
+Status CudaImporter::unpin(void* host) noexcept {
+    return internal::status_nothrow([&]() -> Status {
+        const auto address = reinterpret_cast<std::uintptr_t>(host);
+        Registration registration;
+        {
+            std::lock_guard<std::mutex> guard(mutex_);
+            auto it = registrations_.find(address);
+            if (it == registrations_.end() || it->second.kind != Kind::pin)
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("cuda unpin: {} is not pinned by this importer",
+                                              host));
+            registration = it->second;
+            registrations_.erase(it);
+        }
+        return unregister(address, registration);
+    });
+}
+
+#undef WM_CUDA_ENTER
+
+} // namespace wm::cuda

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+// backends/cuda.hpp - the CUDA importer: cuMemHostRegister of the weight mapping, read-only, for
+// NVIDIA GPUs that read host memory in place (GB10/DGX Spark, Jetson, GH200), and page-locked
+// fallback ranges for the engine's own copies on a discrete GPU.
+//
+// On an integrated GPU, or one that reads pageable memory through the host's page tables
+// (GH200's NVLink-C2C), registering the page-cache pages of the model file and mapping them into
+// the device's address space makes them device memory in place: no second copy. On a discrete
+// GPU (an H200 on PCIe) every kernel read of such a weight crosses the bus, which is why
+// llama.cpp PR #22120 imported only on integrated GPUs; there the importer is unavailable unless
+// the engine opts in, and cuda_pin_fallbacks() offers the other use: page-locked sources make
+// the engine's host-to-device copies DMA transfers (PR #26659). docs/cuda.md has the sources.
+//
+// No CUDA type or header is needed to include this: a context is its CUcontext pointer value.
+// The driver (libcuda.so.1) is loaded with dlopen when the importer is made, so one build runs
+// on machines without an NVIDIA driver; there the importer exists and says why it is not
+// available. In a build without the CUDA importer (meson -Dcuda=disabled) make_cuda_importer()
+// and cuda_pin_fallbacks() return ErrorKind::unsupported, "unavailable: built without CUDA
+// support (...)"; registry.hpp's importer_registry() says whether it is built.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "weightmap/executor.hpp"
+#include "weightmap/export.h"
+#include "weightmap/import_policy.hpp"
+#include "weightmap/importer.hpp"
+#include "weightmap/mapped_file.hpp"
+#include "weightmap/model.hpp"
+#include "weightmap/result.hpp"
+#include "weightmap/span.hpp"
+
+namespace wm {
+
+/// How to make a CUDA importer. Plain data; the defaults are what create_importer("cuda") uses.
+struct CudaImporterParams {
+    /// The driver to dlopen. Empty: $WEIGHTMAP_CUDA_LIBRARY when set and non-empty, else
+    /// "libcuda.so.1" (the dynamic linker's search path). Tests point it at a fake. An engine
+    /// that already uses CUDA keeps the default: dlopen of the same library returns the engine's
+    /// instance, so contexts and registrations are shared with it.
+    std::string library_path;
+    /// The engine's own context (a CUcontext, as an integer), which every driver call is made
+    /// in; its device is read with cuCtxGetDevice. The engine owns it and must keep it alive for
+    /// the importer's lifetime. 0: the primary context of device_ordinal, retained on the first
+    /// import or copy (not when the importer is made, so asking for caps costs no context) and
+    /// released by the destructor. ggml-cuda works in primary contexts, so the default shares
+    /// the engine's context.
+    std::uint64_t context = 0;
+    /// The device (cuDeviceGet ordinal) when context is 0. Must be >= 0.
+    int device_ordinal = 0;
+    /// A discrete device (neither CU_DEVICE_ATTRIBUTE_INTEGRATED nor
+    /// CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES) makes available() false
+    /// with that reason unless this is true: every kernel read of an import would cross the bus.
+    /// Even then caps().device_memory says discrete, so a plan imports only under
+    /// ImportPolicy::always. cuda_pin_fallbacks() needs no opt-in.
+    bool allow_discrete = false;
+    /// How the device reaches host memory, when the engine knows better than the attributes:
+    /// unknown (the default) reads it from the driver.
+    DeviceMemory device_memory = DeviceMemory::unknown;
+};
+
+/// Makes a CUDA importer: loads the driver, calls cuInit(0), settles the device (the engine's
+/// context's, or device_ordinal's) and reads its attributes.
+///
+/// Caps: alignment = the host page size (CUDA 4.x required page-aligned registrations; the
+/// planner aligns every extent anyway), max_import_size = 0, is_cpu = false,
+/// survives_read_only_reprotect = false (not documented either way). needs_writable_mapping is
+/// false where the device reports CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (every
+/// import then passes CU_MEMHOSTREGISTER_READ_ONLY, which the Driver API requires to register
+/// pages the CPU maps read-only) or PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES (no flag
+/// needed); otherwise true, and the mapping policy maps the files writable. device_memory:
+/// unified for INTEGRATED or USES_HOST_PAGE_TABLES, discrete otherwise; the note names the
+/// attributes read.
+///
+/// import(address, size): both page-aligned (anything else is invalid_argument without a driver
+/// call). cuMemHostRegister(DEVICEMAP [| READ_ONLY]) then cuMemHostGetDevicePointer; the buffer's
+/// device_address is the driver's device pointer (not necessarily the host address) and
+/// imported = true. A refusal is import_failed with the driver's error name and string; nothing
+/// stays registered. release(): cuMemHostUnregister, refusing a buffer this importer did not
+/// register without calling the driver. read_back(): cuMemcpyDtoH from the device pointer, so a
+/// check sees the bytes as the device reads them. allocate_copy()/free_copy(): cuMemAlloc +
+/// cuMemcpyHtoD / cuMemFree, the control arm.
+///
+/// Fails (invalid_argument) only for unusable params: a negative device_ordinal, or a context
+/// the driver refuses to make current. An absent or failing driver is not a failure: the
+/// importer is returned with available() false and the reason (dlerror(), a missing entry point,
+/// cuInit's error, no such device, no host registration, or a discrete device without
+/// allow_discrete).
+///
+/// Ownership and lifetime: the caller owns the importer; every buffer, copy and pin must be
+/// released first (destroy placements before their importers). The destructor unregisters and
+/// frees whatever is left (with a warning through the log callback), releases the primary
+/// context it retained, then dlcloses the driver. Every call pushes the context and pops it
+/// again, so the calling thread's current context is unchanged. Thread-safety: import(),
+/// release(), read_back(), allocate_copy(), free_copy() may be called concurrently.
+WM_API Result<std::unique_ptr<Importer>> make_cuda_importer(const CudaImporterParams& params = {});
+
+/// What cuda_pin_fallbacks() did.
+struct CudaPinReport {
+    std::uint64_t ranges = 0;        ///< registrations made (page-aligned, merged fallback ranges)
+    std::uint64_t bytes = 0;         ///< bytes page-locked by them
+    std::uint64_t tensors = 0;       ///< fallback tensors whose bytes were considered
+    std::uint64_t refused_ranges = 0; ///< ranges the driver refused; they stay pageable
+    std::string first_refusal;       ///< the first refusal's reason; empty when none
+};
+
+/// The DMA use, for a discrete device (llama.cpp PR #26659): page-locks the fallback tensors of
+/// `placement` (the ones the engine copies to device memory itself) on `target`, or on every
+/// non-CPU target when target is no_index, so that cuMemcpyHtoD from the mapping runs as a DMA
+/// transfer instead of through the driver's bounce buffer. Each tensor's range is aligned out
+/// to pages, touching ranges of a file are merged, and pages that an import of the placement
+/// already holds are left out (the driver refuses to register a page twice). Registered with
+/// CU_MEMHOSTREGISTER_READ_ONLY where supported, so read-only mappings stay read-only.
+///
+/// The pins belong to the placement from then on: Placement::release_all() (or its destruction)
+/// unregisters them first, before its imports. `cuda_importer` must be one made by
+/// make_cuda_importer whose driver loaded (it need not be available() for imports: a discrete
+/// device without allow_discrete pins), and must outlive the placement. A range the driver
+/// refuses is not an error (that copy stays a pageable copy, as without this call): it is
+/// counted in the report. Fails with invalid_argument for another kind of importer, a model or
+/// file list that does not match the placement, or a target out of range; with unsupported when
+/// the driver did not load. Call it once per placement and target (a second call finds the
+/// pages registered and refuses them).
+WM_API Result<CudaPinReport> cuda_pin_fallbacks(Importer& cuda_importer, Placement& placement,
+                                                const ModelDesc& model,
+                                                Span<const MappedFile> files,
+                                                std::uint32_t target = no_index);
+
+} // namespace wm
