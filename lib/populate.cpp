@@ -140,6 +140,7 @@ public:
         }
         loop(work, true);
         for (std::thread& h : helpers) h.join();
+        report_completion();
         return std::move(failure_);
     }
 
@@ -170,11 +171,20 @@ private:
         for (std::size_t i; !stop_.load() && (i = next_.fetch_add(1)) < jobs_.size();) {
             if (Status s = work(jobs_[i], get_buffer); !s) return fail(std::move(s));
             const std::uint64_t done = done_.fetch_add(jobs_[i].size) + jobs_[i].size;
-            if (calling_thread && options_.progress && !options_.progress(done, total_))
+            if (!calling_thread || !options_.progress) continue;
+            reported_ = done;
+            if (!options_.progress(done, total_))
                 return fail(make_error(ErrorKind::aborted,
                                        fmt::format("cancelled by the caller after {} of {} bytes",
                                                    done, total_)));
         }
+    }
+    // The helpers may have read every chunk before the calling thread took one (seen under
+    // ThreadSanitizer, where starting a thread is slow), so a finished call reports the end
+    // once more; nothing is left to cancel, so its answer is not asked.
+    void report_completion() {
+        const std::uint64_t done = done_.load();
+        if (failure_ && options_.progress && done != reported_) options_.progress(done, total_);
     }
     void fail(Status s) {
         std::lock_guard lock(mutex_);
@@ -188,6 +198,7 @@ private:
     std::atomic<std::size_t> next_{0};
     std::atomic<std::uint64_t> done_{0};
     std::atomic<bool> stop_{false};
+    std::uint64_t reported_ = 0; // the last progress the calling thread reported
     std::mutex mutex_;
     Status failure_;
 };

@@ -52,9 +52,11 @@ struct ReadOptions {
     /// taken round-robin across files, so each file tends to be one sequential stream.
     std::uint32_t threads = 0;
     /// Called on the calling thread with the bytes done so far and the total, after each chunk
-    /// the caller's thread reads (so roughly every chunk_size * threads bytes). Return false to
-    /// cancel: the other threads stop at their next chunk and the call fails with
-    /// ErrorKind::aborted. Nothing is left locked or allocated either way.
+    /// the caller's thread reads (so roughly every chunk_size * threads bytes), and once more
+    /// with done == total when every read succeeded and that was not the last report. Return
+    /// false to cancel: the other threads stop at their next chunk and the call fails with
+    /// ErrorKind::aborted (the final report's answer is ignored: nothing is left to cancel).
+    /// Nothing is left locked or allocated either way.
     std::function<bool(std::uint64_t done, std::uint64_t total)> progress;
 };
 
