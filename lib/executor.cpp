@@ -2,6 +2,8 @@
 #include "weightmap/executor.hpp"
 
 #include <cassert>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -70,6 +72,17 @@ struct __attribute__((visibility("hidden"))) Placement::Impl {
         release_region(r);
         internal::fall_back_region(plan, r, reason);
         run_import[r].clear();
+    }
+
+    // Run k of region r, which was not imported, falls back alone. The region's later runs and
+    // their live imports move down one index, so run_import and LiveImport::run keep naming
+    // the runs of plan.
+    void fall_back_run(std::uint32_t r, std::uint32_t k, const std::string& reason) {
+        assert(run_import[r][k] == no_index);
+        internal::fall_back_run(plan, r, k, reason);
+        run_import[r].erase(run_import[r].begin() + k);
+        for (LiveImport& live : imports)
+            if (live.region == r && live.run > k) --live.run;
     }
 
     // Drops the entries of imports released by a fallback, so imports lists exactly the live
@@ -278,7 +291,9 @@ std::string Placement::Impl::import_run(Importer& importer, std::uint32_t r, std
     return {};
 }
 
-// Imports every run of region r, or turns the region into a fallback at the first refusal.
+// Imports every run of region r. A refused run falls back alone, with the refusal as its
+// tensors' reason; the region is a fallback only when none of its runs was imported. A refusal
+// of the whole target (no importer, not available, the import policy) is the region's.
 // False when the progress callback aborted (the caller then releases everything).
 bool Placement::Impl::import_region(const ModelDesc& model, std::uint32_t r,
                                     const MappedFile& mapped, Importer* importer,
@@ -293,6 +308,7 @@ bool Placement::Impl::import_region(const ModelDesc& model, std::uint32_t r,
         return true;
     }
     const ImporterCaps caps = importer->caps();
+    std::vector<std::pair<std::uint32_t, std::string>> refused; // run, refusal; in run order
     for (std::uint32_t k = 0; k < region.runs.size(); ++k) {
         const PlanRun& run = plan.regions[r].runs[k];
         std::string refusal = run_refusal(run, mapped, caps, importer->name(), file_name);
@@ -302,12 +318,23 @@ bool Placement::Impl::import_region(const ModelDesc& model, std::uint32_t r,
             log_message(options.log, LogLevel::warning,
                         fmt::format("target '{}', file '{}': falling back to a device copy: {}",
                                     target.name, file_name, refusal));
-            fall_back(r, refusal);
-            return true;
+            refused.emplace_back(k, std::move(refusal));
+            continue;
         }
         progress.done += run.extent_size;
         if (options.progress && !options.progress(progress.done, progress.total)) return false;
     }
+    if (refused.empty()) return true;
+    const std::size_t planned = region.runs.size();
+    const std::string first_refusal = refused.front().second;
+    // Last first, so the indices still to drop are unchanged by each drop.
+    for (auto it = refused.rbegin(); it != refused.rend(); ++it)
+        fall_back_run(r, it->first, it->second);
+    if (plan.regions[r].decision == Decision::import)
+        plan.regions[r].reason += fmt::format(
+            "; {} of its {} imports refused when executed (their tensors fall back, each with "
+            "the importer's reason; the first: {})",
+            refused.size(), planned, first_refusal);
     return true;
 }
 

@@ -165,10 +165,11 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
     impl.placement = std::move(placed).value();
 
     if (impl.mapping.access() == MappingAccess::writable) {
+        // The importers that hold an import now: a region may keep some runs and lose others.
         std::set<Importer*> holders;
-        for (const PlanRegion& region : impl.placement.plan().regions)
-            if (region.decision == Decision::import && importers[region.target] != nullptr)
-                holders.insert(importers[region.target]);
+        for (std::size_t i = 0; i < impl.placement.import_count(); ++i)
+            if (Importer* importer = importers[impl.placement.import_at(i).target])
+                holders.insert(importer);
         std::string blockers;
         for (Importer* importer : holders)
             if (!importer->caps().survives_read_only_reprotect)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Executing a plan over real mappings with fake importers: every tensor lands at mapping base +
-// file offset, a refused import falls back alone, abort and errors release everything.
+// file offset, a refused import falls back alone (its run, not its region), abort and errors
+// release everything.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "fakes/fake_importers.hpp"
+#include "support/plan_invariants.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/executor.hpp"
 #include "weightmap/registry.hpp"
@@ -129,7 +131,8 @@ TEST_CASE("every region imports and every tensor resolves to base + offset", "[e
     CHECK(releases[1].address == imports[0].address);
 }
 
-TEST_CASE("a failed import turns only that region into a fallback, with a warning", "[executor]") {
+TEST_CASE("a failed one-run import makes only that region a fallback, with a warning",
+          "[executor]") {
     Fixture fx;
     TestMapping ma(fx.file_a.path(), fx.file_a.size(), true), mb(fx.file_b.path(), fx.file_b.size(), true);
     std::vector<MappedFile> files{ma.view(), mb.view()};
@@ -164,6 +167,157 @@ TEST_CASE("a failed import turns only that region into a fallback, with a warnin
     CHECK(placed->locate(3).imported); // GPU1's other region carried on
     CHECK(plan.totals.fallback_bytes == 4 * MiB + 7);
     check_every_tensor_resolves(fx.model, placed.value(), files);
+}
+
+namespace {
+
+// One device region of six runs, each of two tensors, with CPU experts between them: the
+// region fails the gate, and the 4 MiB gaps are too wide to merge, so each pair is one import.
+struct SixRuns {
+    static constexpr std::uint32_t runs = 6;
+    static constexpr std::uint64_t tensor = 32 * 1024;
+    wm::test::TempFile file{runs * 4 * MiB};
+    ModelDesc model;
+    SixRuns() {
+        model.files = {{file.path(), file.size()}};
+        model.targets = {TargetDesc{"GPU0", "gpu0", wm::test::device_caps(4096, true)},
+                         TargetDesc{"CPU", "cpu", {}}};
+        model.targets[1].caps.is_cpu = true;
+        for (std::uint32_t k = 0; k < runs; ++k) {
+            const std::uint64_t at = k * 4 * MiB;
+            model.tensors.push_back({"w" + std::to_string(k) + ".a", 0, at + 100, tensor, 0});
+            model.tensors.push_back({"w" + std::to_string(k) + ".b", 0, at + 64 * 1024, tensor, 0});
+            model.tensors.push_back({"exps" + std::to_string(k), 0, at + MiB, 2 * MiB, 1});
+        }
+    }
+    Plan plan() const {
+        PlanOptions o;
+        o.import_enabled = true;
+        auto p = make_plan(model, o);
+        REQUIRE(p.ok());
+        REQUIRE(p->regions[0].runs.size() == runs);
+        return std::move(p).value();
+    }
+};
+
+} // namespace
+
+TEST_CASE("a refused import falls back alone: the region's other runs stay imported",
+          "[executor]") {
+    SixRuns six;
+    TestMapping mapping(six.file.path(), six.file.size(), true);
+    std::vector<MappedFile> files{mapping.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    gpu0.fail_import_at = 3; // the region's third run
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, cpu.get()};
+    std::vector<std::string> warnings;
+    ExecuteOptions options;
+    options.log = [&](LogLevel level, std::string_view msg) {
+        if (level == LogLevel::warning) warnings.emplace_back(msg);
+    };
+    const Plan planned = six.plan();
+    const std::vector<std::uint32_t> refused_tensors = planned.regions[0].runs[2].tensors;
+    {
+        auto placed = execute_plan(six.model, planned, files, importers, options);
+        REQUIRE(placed.ok());
+        const Placement& placement = placed.value();
+        const Plan& plan = placement.plan();
+        INFO(plan.regions[0].reason);
+        CHECK(wm::test::plan_violations(six.model, plan).empty());
+        const PlanRegion& region = plan.regions[0];
+        CHECK(region.decision == Decision::import);
+        REQUIRE(region.runs.size() == SixRuns::runs - 1);
+        CHECK_THAT(region.reason, Catch::Contains("1 of its 6 imports refused when executed") &&
+                                      Catch::Contains("injected failure at import #3"));
+        CHECK(gpu0.live_imports() == 5);
+        REQUIRE(placement.import_count() == 6); // five of GPU0 and the CPU's passthrough
+        REQUIRE(warnings.size() == 1);
+        CHECK_THAT(warnings[0], Catch::Contains("GPU0") && Catch::Contains("injected failure"));
+
+        // The refused run's tensors fall back with the importer's reason...
+        for (std::uint32_t t : refused_tensors) {
+            const TensorLocation where = placement.locate(t);
+            CHECK_FALSE(where.imported);
+            CHECK(where.import_index == no_index);
+            CHECK_THAT(std::string(where.reason),
+                       Catch::Contains("gpu0 import of") &&
+                           Catch::Contains("failed: injected failure at import #3"));
+            CHECK(plan.tensors[t].run == no_index);
+        }
+        // ...and every other run is listed, in file order, serving what locate() says.
+        std::vector<int> served(six.model.tensors.size(), 0);
+        for (std::uint32_t i = 0; i < SixRuns::runs - 1; ++i) {
+            const PlacedImport imp = placement.import_at(i);
+            CHECK(imp.region == 0);
+            CHECK(imp.run == i);
+            CHECK(imp.extent_offset == region.runs[i].extent_offset);
+            CHECK(static_cast<std::byte*>(imp.buffer->host_address) ==
+                  files[0].base + imp.extent_offset);
+            REQUIRE(imp.tensors.size() == 2);
+            for (std::uint32_t t : imp.tensors) {
+                ++served[t];
+                const TensorLocation where = placement.locate(t);
+                CHECK(where.imported);
+                CHECK(where.import_index == i);
+                CHECK(where.buffer == imp.buffer);
+                CHECK(plan.tensors[t].run == i);
+            }
+        }
+        CHECK(placement.import_at(SixRuns::runs - 1).target == 1); // the CPU's, last
+        std::uint64_t surviving = 0;
+        for (const PlanRun& run : region.runs) surviving += run.ctx_bytes;
+        CHECK(surviving == 10 * SixRuns::tensor);
+        CHECK(plan.totals.imported_bytes == surviving);
+        CHECK(plan.totals.fallback_bytes == 2 * SixRuns::tensor);
+        CHECK(plan.totals.imports == 5);
+        for (std::uint32_t t = 0; t < six.model.tensors.size(); ++t)
+            if (six.model.tensors[t].target == 0)
+                CHECK(served[t] == (placement.locate(t).imported ? 1 : 0));
+        check_every_tensor_resolves(six.model, placement, files);
+    }
+    // Destruction released the five survivors; the refused import was never live.
+    CHECK(gpu0.live_imports() == 0);
+    CHECK(gpu0.releases().size() == 5);
+    CHECK(gpu0.imports().size() == 6);
+}
+
+TEST_CASE("a region all of whose runs are refused is a fallback; a target-wide refusal too",
+          "[executor]") {
+    SixRuns six;
+    TestMapping mapping(six.file.path(), six.file.size(), true);
+    std::vector<MappedFile> files{mapping.view()};
+    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    auto cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, cpu.get()};
+    std::vector<std::string> warnings;
+    ExecuteOptions options;
+    options.log = [&](LogLevel level, std::string_view msg) {
+        if (level == LogLevel::warning) warnings.emplace_back(msg);
+    };
+    SECTION("every run refused, one warning each") {
+        gpu0.misalign_result_by = 16; // every import comes back moved: each is refused
+        auto placed = execute_plan(six.model, six.plan(), files, importers, options);
+        REQUIRE(placed.ok());
+        const PlanRegion& region = placed->plan().regions[0];
+        CHECK(region.decision == Decision::fallback);
+        CHECK(region.runs.empty());
+        CHECK_THAT(region.reason, Catch::Contains("gpu0 importer returned"));
+        CHECK(warnings.size() == SixRuns::runs);
+        CHECK(placed->import_count() == 1); // the CPU's
+        CHECK(gpu0.live_imports() == 0);
+        CHECK(placed->plan().totals.imported_bytes == 0);
+        CHECK(wm::test::plan_violations(six.model, placed->plan()).empty());
+    }
+    SECTION("an unavailable importer: the region falls back whole, one warning") {
+        gpu0.set_unavailable("no GPU agent");
+        auto placed = execute_plan(six.model, six.plan(), files, importers, options);
+        REQUIRE(placed.ok());
+        CHECK(placed->plan().regions[0].decision == Decision::fallback);
+        CHECK_THAT(placed->plan().regions[0].reason, Catch::Contains("no GPU agent"));
+        CHECK(warnings.size() == 1);
+        CHECK(gpu0.imports().empty());
+    }
 }
 
 TEST_CASE("a read-only mapping makes a writable-needing importer fall back", "[executor]") {

@@ -194,16 +194,21 @@ TEST_CASE("fault injection: the N-th import, release or returned pointer goes wr
                 REQUIRE(loaded.ok()); // import faults are fallbacks, never load failures
                 const Plan& plan = loaded->placement().plan();
                 if (kind != 1 && n <= clean_imports) {
-                    // Exactly the region of the failed import falls back.
-                    int fallbacks = 0;
+                    // Exactly the run of the failed import falls back; the others stay live.
+                    std::uint64_t device_runs = 0, refused = 0;
                     for (const PlanRegion& r : plan.regions)
-                        if (!loaded->model().targets[r.target].caps.is_cpu &&
-                            r.decision == Decision::fallback) {
-                            ++fallbacks;
-                            CHECK_THAT(r.reason, Catch::Contains(kind == 0 ? "injected failure"
+                        if (!loaded->model().targets[r.target].caps.is_cpu)
+                            device_runs += r.runs.size();
+                    CHECK(device_runs == clean_imports - 1);
+                    CHECK((kind == 2 ? misaligning : device).live_imports() ==
+                          static_cast<std::int64_t>(clean_imports - 1));
+                    for (const TensorPlacement& place : plan.tensors) {
+                        if (place.run != no_index) continue;
+                        ++refused;
+                        CHECK_THAT(place.reason, Catch::Contains(kind == 0 ? "injected failure"
                                                                            : "returned"));
-                        }
-                    CHECK(fallbacks == 1);
+                    }
+                    CHECK(refused > 0);
                     CHECK(plan.totals.fallback_bytes > 0);
                 } else {
                     CHECK(plan.totals.fallback_bytes == 0);

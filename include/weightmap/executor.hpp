@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 // executor.hpp - carrying out a plan: import every region through its target's importer.
 //
-// A refused import is not an error: that region becomes a fallback (the engine copies its
-// tensors to a device buffer as it always did) and a warning names the importer's reason. Only an
-// unusable call (wrong number of files or importers) or the caller's abort fails the execution,
-// and then every import already made is released before the call returns.
+// A refused import is not an error: that run falls back alone (the engine copies its tensors to
+// a device buffer as it always did, each tensor carrying the importer's reason) and a warning
+// names it; the region's other runs stay imported, and the region is a fallback only when none
+// of its runs is. A refusal of the whole target (no importer, an unavailable importer, the import
+// policy) makes each of its regions a fallback. Only an unusable call (wrong number of files or
+// importers) or the caller's abort fails the execution, and then every import already made is
+// released before the call returns.
 #pragma once
 
 #include <cstddef>
@@ -70,7 +73,9 @@ public:
     Placement& operator=(Placement&&) noexcept;
     ~Placement();
 
-    /// The plan as executed: refused imports are fallbacks here, with the importer's reason,
+    /// The plan as executed: a refused run is gone from its region's runs (the later runs
+    /// move down one index; PlacedImport::run and TensorPlacement::run name the runs here), its
+    /// tensors fall back with the importer's reason, a region left without runs is a fallback,
     /// and the totals are recomputed.
     const Plan& plan() const noexcept;
     /// Location of tensor `index` of the ModelDesc. An index out of range gets imported =
@@ -95,7 +100,8 @@ private:
 /// Executes `plan` (made from `model`) over `files` (one per ModelDesc::files entry), importing
 /// each region through `importers[region.target]` (one per target; null means "no importer": the
 /// region falls back). Checks before each import that the extent lies inside the mapped length
-/// and that its address meets the importer's alignment; a violation is that region's fallback.
+/// and that its address meets the importer's alignment; a violation, like an importer's error,
+/// makes that run alone a fallback.
 /// The plan is checked against the model first: a region, run or placement whose target, file,
 /// tensor, region or run index is out of range or inconsistent fails with invalid_argument.
 WM_API Result<Placement> execute_plan(const ModelDesc& model, Plan plan,

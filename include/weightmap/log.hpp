@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // log.hpp - where libweightmap's warnings go.
 //
-// A failed import is not an error for the engine (the region falls back to a device copy), but
+// A failed import is not an error for the engine (its tensors fall back to a device copy), but
 // the engine's user wants to know why: such events are reported through a log callback.
 #pragma once
 

@@ -407,8 +407,10 @@ WM_API void wm_execute_options_init(wm_execute_options* options);
 
 /* Imports every planned run of `plan` (made from `model`; it is copied, so both may be destroyed
  * afterwards) over `files` (one per model file) through importers[target] (one per target; NULL
- * entries make that target's regions fall back). A refused import is not an error: that region
- * falls back with the importer's reason and a warning through the log. Fails, with nothing left
+ * entries make that target's regions fall back). A refused import is not an error: that run
+ * alone falls back, its tensors with the importer's reason, and a warning goes through the log;
+ * the region's other runs stay imported (a region is a fallback only when none of its runs is,
+ * or when its importer is unavailable or its policy refuses it). Fails, with nothing left
  * imported, for a wrong call (counts, a plan of another model) or an abort from `progress`
  * (WM_ERROR_ABORTED). The importers and the mappings must outlive the placement. */
 WM_API wm_status wm_execute(const wm_model* model, const wm_plan* plan,

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* An engine importer written in C (wm_importer_vtable, c_fake_importer.h) driven by wm_execute
  * over real mappings aligned to its 64 KiB import alignment: what it is asked to import, that
- * each import is released exactly once and in reverse order, that a refusal (an error with a
- * reason, a wrong address, unavailability) makes exactly that region fall back with the reason
- * in the plan, the location and the log, that release_all and an abort from the progress
- * callback leave nothing imported, read_back through the vtable and its default, and that the
- * destroy callback runs once. */
+ * each import is released exactly once and in reverse order, that a refused import (an error
+ * with a reason, a wrong address) makes exactly that run fall back with the reason in the plan,
+ * the location and the log while the region's other runs stay imported, that unavailability
+ * makes every region fall back, that release_all and an abort from the progress callback leave
+ * nothing imported, read_back through the vtable and its default, and that the destroy callback
+ * runs once. */
 #include "c_check.h"
 #include "c_fake_importer.h"
 
@@ -122,10 +123,12 @@ static const c_fake_record* record_of(const world* w, uint32_t file, uint32_t ru
     return NULL;
 }
 
-/* The device tensors of `file` are imported at their run's extent with the file's bytes. */
-static void check_file_imported(const world* w, const wm_placement* placement, uint32_t file) {
+/* The device tensors of run `run` of `file` are imported at the run's extent with the file's
+ * bytes. */
+static void check_run_imported(const world* w, const wm_placement* placement, uint32_t file,
+                               uint32_t run) {
     for (uint32_t k = 0; k < PER_FILE; ++k) {
-        if (t_target[k] != T_GPU) continue;
+        if (t_target[k] != T_GPU || run_of(k) != run) continue;
         wm_tensor_location loc = {.struct_size = sizeof loc};
         REQUIRE_OK(wm_placement_locate(placement, file * PER_FILE + k, &loc));
         CHECK(loc.imported);
@@ -148,6 +151,39 @@ static void check_file_imported(const world* w, const wm_placement* placement, u
         CHECK_EQ(r->releases, 0);
         CHECK_PATTERN(loc.host_address, t_size[k], file_seed[file], t_offset[k]);
     }
+}
+
+static void check_file_imported(const world* w, const wm_placement* placement, uint32_t file) {
+    for (uint32_t run = 0; run < 2; ++run) check_run_imported(w, placement, file, run);
+}
+
+/* The device tensors of run `run` of `file` fall back alone with a reason containing `why`. */
+static void check_run_fell_back(const wm_placement* placement, uint32_t file, uint32_t run,
+                                const char* why) {
+    const wm_plan* executed = wm_placement_plan(placement);
+    REQUIRE(executed != NULL);
+    for (uint32_t k = 0; k < PER_FILE; ++k) {
+        if (t_target[k] != T_GPU || run_of(k) != run) continue;
+        wm_tensor_location loc = {.struct_size = sizeof loc};
+        REQUIRE_OK(wm_placement_locate(placement, file * PER_FILE + k, &loc));
+        CHECK(!loc.imported);
+        CHECK_EQ(loc.import_index, WM_NO_INDEX);
+        CHECK(loc.reason != NULL && loc.reason[0] != '\0');
+        if (why != NULL) CHECK_CONTAINS(loc.reason, why);
+        wm_tensor_placement tp = {.struct_size = sizeof tp};
+        REQUIRE_OK(wm_plan_get_tensor(executed, file * PER_FILE + k, &tp));
+        CHECK_EQ(tp.run, WM_NO_INDEX);
+        if (why != NULL) CHECK_CONTAINS(tp.reason, why);
+    }
+}
+
+/* Region (GPU, file) of the executed plan still imports, with `runs` runs left. */
+static void check_region_imports(const wm_placement* placement, uint32_t file, uint32_t runs) {
+    wm_plan_region region = {.struct_size = sizeof region};
+    REQUIRE_OK(wm_plan_get_region(wm_placement_plan(placement), file, &region));
+    CHECK_EQ(region.target, T_GPU);
+    CHECK(region.decision == WM_DECISION_IMPORT);
+    CHECK_EQ(region.run_count, runs);
 }
 
 /* The device tensors of `file` fall back with a reason containing `why`. */
@@ -189,17 +225,29 @@ static void check_cpu_imported(const wm_placement* placement) {
     }
 }
 
-static void check_totals(const wm_placement* placement, bool f0_imported, bool f1_imported) {
+/* Totals when run r of file f is imported exactly where imported[f][r]. */
+static void check_run_totals(const wm_placement* placement, const bool imported[FILES][2]) {
     wm_plan_totals totals = {.struct_size = sizeof totals};
     REQUIRE_OK(wm_plan_get_totals(wm_placement_plan(placement), &totals));
-    const uint64_t per_file = run_ctx(0) + run_ctx(1);
-    const uint64_t pinned = run_extent_size(0) + run_extent_size(1);
-    const int files = (f0_imported ? 1 : 0) + (f1_imported ? 1 : 0);
-    CHECK_EQ(totals.device_bytes, FILES * per_file);
-    CHECK_EQ(totals.imported_bytes, files * per_file);
-    CHECK_EQ(totals.fallback_bytes, (FILES - files) * per_file);
-    CHECK_EQ(totals.pinned_bytes, files * pinned);
-    CHECK_EQ(totals.imports, 2 * files);
+    uint64_t ctx = 0, pinned = 0, imports = 0;
+    for (uint32_t f = 0; f < FILES; ++f)
+        for (uint32_t r = 0; r < 2; ++r) {
+            if (!imported[f][r]) continue;
+            ctx += run_ctx(r);
+            pinned += run_extent_size(r);
+            ++imports;
+        }
+    const uint64_t device = FILES * (run_ctx(0) + run_ctx(1));
+    CHECK_EQ(totals.device_bytes, device);
+    CHECK_EQ(totals.imported_bytes, ctx);
+    CHECK_EQ(totals.fallback_bytes, device - ctx);
+    CHECK_EQ(totals.pinned_bytes, pinned);
+    CHECK_EQ(totals.imports, imports);
+}
+
+static void check_totals(const wm_placement* placement, bool f0_imported, bool f1_imported) {
+    const bool imported[FILES][2] = {{f0_imported, f0_imported}, {f1_imported, f1_imported}};
+    check_run_totals(placement, imported);
 }
 
 static void case_caps_name_and_availability_come_from_the_vtable(void) {
@@ -335,7 +383,7 @@ static void case_release_all_releases_now_and_destroy_releases_nothing_more(void
     world_close(&w);
 }
 
-static void case_refused_import_falls_back_that_region_with_the_reason(void) {
+static void case_refused_import_falls_back_that_run_alone_with_the_reason(void) {
     world w;
     REQUIRE(world_open(&w));
     w.fake.refuse_at = 3; /* file 1, run 0 */
@@ -347,13 +395,21 @@ static void case_refused_import_falls_back_that_region_with_the_reason(void) {
     REQUIRE(placement != NULL);
 
     check_file_imported(&w, placement, 0);
-    check_file_fell_back(placement, 1, "fake refuses #3: out of aperture");
+    check_run_fell_back(placement, 1, 0, "fake refuses #3: out of aperture");
+    check_region_imports(placement, 1, 1); /* its run 1 is now run 0 */
+    check_run_imported(&w, placement, 1, 1);
     check_cpu_imported(placement);
-    check_totals(placement, true, false);
+    const bool imported[FILES][2] = {{true, true}, {false, true}};
+    check_run_totals(placement, imported);
     CHECK(c_log_has(&w.log, WM_LOG_WARNING, "fake refuses #3: out of aperture"));
-    CHECK_EQ(c_fake_live(&w.fake), 2); /* file 0's two; nothing of file 1 */
-    CHECK(record_of(&w, 1, 1) == NULL || record_of(&w, 1, 1)->releases == 1);
-    CHECK_EQ(wm_placement_import_count(placement), 4);
+    CHECK_EQ(w.log.warnings, 1);
+    CHECK_EQ(c_fake_live(&w.fake), 3); /* file 0's two and file 1's run 1 */
+    CHECK_EQ(wm_placement_import_count(placement), 5);
+    wm_placement_import imp = {.struct_size = sizeof imp};
+    REQUIRE_OK(wm_placement_get_import(placement, 2, &imp));
+    CHECK_EQ(imp.file, 1);
+    CHECK_EQ(imp.run, 0);
+    CHECK_EQ(imp.extent_offset, run_extent_offset(1));
 
     /* The plan the caller made is unchanged: wm_execute worked on a copy. */
     wm_plan_region region = {.struct_size = sizeof region};
@@ -377,14 +433,15 @@ static void case_a_refusal_without_a_reason_still_has_one(void) {
     REQUIRE(world_build(&w));
     wm_placement* placement = NULL;
     REQUIRE_OK(world_execute(&w, NULL, &placement));
-    check_file_fell_back(placement, 0, NULL); /* every tensor: a non-empty reason */
+    check_run_fell_back(placement, 0, 0, NULL); /* every tensor: a non-empty reason */
+    check_run_imported(&w, placement, 0, 1);
     check_file_imported(&w, placement, 1);
     wm_placement_destroy(placement);
     CHECK_EQ(c_fake_live(&w.fake), 0);
     world_close(&w);
 }
 
-static void case_refusal_inside_a_region_releases_its_earlier_runs(void) {
+static void case_refusal_inside_a_region_keeps_its_earlier_runs(void) {
     world w;
     REQUIRE(world_open(&w));
     w.fake.refuse_at = 2; /* file 0, run 1: run 0 was already imported */
@@ -393,14 +450,17 @@ static void case_refusal_inside_a_region_releases_its_earlier_runs(void) {
     wm_execute_options o = logging(&w);
     wm_placement* placement = NULL;
     REQUIRE_OK(world_execute(&w, &o, &placement));
-    check_file_fell_back(placement, 0, "fake refuses the second run");
+    check_run_imported(&w, placement, 0, 0);
+    check_run_fell_back(placement, 0, 1, "fake refuses the second run");
+    check_region_imports(placement, 0, 1);
     check_file_imported(&w, placement, 1);
-    check_totals(placement, false, true);
+    const bool imported[FILES][2] = {{true, false}, {true, true}};
+    check_run_totals(placement, imported);
     const c_fake_record* first = record_of(&w, 0, 0);
     REQUIRE(first != NULL);
-    CHECK_EQ(first->releases, 1); /* nothing stays imported for a region that fell back */
-    CHECK_EQ(c_fake_live(&w.fake), 2);
-    CHECK_EQ(wm_placement_import_count(placement), 4);
+    CHECK_EQ(first->releases, 0); /* the run that was imported stays imported */
+    CHECK_EQ(c_fake_live(&w.fake), 3);
+    CHECK_EQ(wm_placement_import_count(placement), 5);
     CHECK(c_log_has(&w.log, WM_LOG_WARNING, "fake refuses the second run"));
     wm_placement_destroy(placement);
     CHECK_EQ(c_fake_live(&w.fake), 0);
@@ -416,15 +476,89 @@ static void case_an_importer_that_moves_the_range_is_refused_and_released(void) 
     wm_execute_options o = logging(&w);
     wm_placement* placement = NULL;
     REQUIRE_OK(world_execute(&w, &o, &placement));
-    check_file_fell_back(placement, 0, NULL);
+    check_run_fell_back(placement, 0, 0, "fake-gpu importer returned");
+    check_run_imported(&w, placement, 0, 1);
     check_file_imported(&w, placement, 1);
     REQUIRE(w.fake.record_count >= 1);
     CHECK_EQ(w.fake.records[0].releases, 1); /* the moved buffer was handed back */
-    CHECK_EQ(c_fake_live(&w.fake), 2);
+    CHECK_EQ(c_fake_live(&w.fake), 3);
     CHECK(w.log.warnings >= 1);
     wm_placement_destroy(placement);
     CHECK_EQ(c_fake_live(&w.fake), 0);
     CHECK_EQ(w.fake.bad_releases, 0);
+    world_close(&w);
+}
+
+/* A region of six runs (one device tensor each, 1.375 MiB apart in file 0: too far to merge)
+ * whose third import is refused: only that run falls back. */
+enum { SIX = 6 };
+static const uint64_t six_size = 100000, six_step = 1441792, six_base = 70001;
+
+static void case_a_refused_run_of_six_falls_back_alone(void) {
+    world w;
+    REQUIRE(world_open(&w));
+    w.fake.refuse_at = 3;
+    w.fake.refuse_reason = "fake refuses #3 of six";
+    REQUIRE_OK(wm_importer_create_custom(&w.vtable, &w.fake, &w.gpu));
+    REQUIRE_OK(wm_importer_create_cpu(&w.cpu));
+    REQUIRE_OK(wm_model_create(&w.model));
+    REQUIRE_OK(wm_model_add_file(w.model, w.path[0], file_size[0], NULL));
+    REQUIRE_OK(wm_model_add_file(w.model, w.path[1], file_size[1], NULL));
+    REQUIRE_OK(wm_model_add_target(w.model, "GPU", w.gpu, NULL));
+    REQUIRE_OK(wm_model_add_target(w.model, "CPU", w.cpu, NULL));
+    for (uint32_t k = 0; k < SIX; ++k)
+        REQUIRE_OK(wm_model_add_tensor(w.model, "w", 0, six_base + k * six_step, six_size, T_GPU, NULL));
+    wm_plan_options po;
+    wm_plan_options_init(&po);
+    po.import_enabled = 1;
+    REQUIRE_OK(wm_plan_create(w.model, &po, &w.plan));
+    wm_plan_region planned = {.struct_size = sizeof planned};
+    REQUIRE_OK(wm_plan_get_region(w.plan, 0, &planned));
+    REQUIRE_EQ(planned.run_count, SIX);
+
+    wm_execute_options o = logging(&w);
+    wm_placement* placement = NULL;
+    REQUIRE_OK(world_execute(&w, &o, &placement));
+    const wm_plan* executed = wm_placement_plan(placement);
+    wm_plan_region region = {.struct_size = sizeof region};
+    REQUIRE_OK(wm_plan_get_region(executed, 0, &region));
+    CHECK(region.decision == WM_DECISION_IMPORT);
+    CHECK_EQ(region.run_count, SIX - 1);
+    CHECK_CONTAINS(region.reason, "1 of its 6 imports refused when executed");
+    REQUIRE_EQ(wm_placement_import_count(placement), SIX - 1);
+    CHECK_EQ(c_fake_live(&w.fake), SIX - 1);
+    CHECK_EQ(w.log.warnings, 1);
+    for (uint32_t k = 0; k < SIX; ++k) {
+        wm_tensor_location loc = {.struct_size = sizeof loc};
+        REQUIRE_OK(wm_placement_locate(placement, k, &loc));
+        if (k == 2) {
+            CHECK(!loc.imported);
+            CHECK_CONTAINS(loc.reason, "fake refuses #3 of six");
+            continue;
+        }
+        CHECK(loc.imported);
+        const uint32_t index = k < 2 ? k : k - 1;
+        CHECK_EQ(loc.import_index, index);
+        wm_placement_import imp = {.struct_size = sizeof imp};
+        REQUIRE_OK(wm_placement_get_import(placement, index, &imp));
+        CHECK_EQ(imp.run, index);
+        REQUIRE_EQ(imp.tensor_count, 1);
+        CHECK_EQ(imp.tensors[0], k);
+        CHECK((const char*)imp.buffer.host_address + loc.offset_in_buffer ==
+              (const char*)w.files[0].base + six_base + k * six_step);
+        wm_tensor_placement tp = {.struct_size = sizeof tp};
+        REQUIRE_OK(wm_plan_get_tensor(executed, k, &tp));
+        CHECK_EQ(tp.run, index);
+    }
+    wm_plan_totals totals = {.struct_size = sizeof totals};
+    REQUIRE_OK(wm_plan_get_totals(executed, &totals));
+    CHECK_EQ(totals.imported_bytes, (SIX - 1) * six_size);
+    CHECK_EQ(totals.fallback_bytes, six_size);
+    CHECK_EQ(totals.imports, SIX - 1);
+    wm_placement_destroy(placement);
+    CHECK_EQ(c_fake_live(&w.fake), 0);
+    CHECK_EQ(w.fake.bad_releases, 0);
+    CHECK_EQ(w.fake.release_calls, SIX - 1);
     world_close(&w);
 }
 
@@ -628,10 +762,11 @@ int main(void) {
     C_RUN(case_caps_name_and_availability_come_from_the_vtable);
     C_RUN(case_imports_every_run_and_releases_each_once_in_reverse);
     C_RUN(case_release_all_releases_now_and_destroy_releases_nothing_more);
-    C_RUN(case_refused_import_falls_back_that_region_with_the_reason);
+    C_RUN(case_refused_import_falls_back_that_run_alone_with_the_reason);
     C_RUN(case_a_refusal_without_a_reason_still_has_one);
-    C_RUN(case_refusal_inside_a_region_releases_its_earlier_runs);
+    C_RUN(case_refusal_inside_a_region_keeps_its_earlier_runs);
     C_RUN(case_an_importer_that_moves_the_range_is_refused_and_released);
+    C_RUN(case_a_refused_run_of_six_falls_back_alone);
     C_RUN(case_unavailable_importer_makes_every_region_fall_back);
     C_RUN(case_read_back_goes_through_the_vtable);
     C_RUN(case_device_memory_and_policy_decide_the_import);

@@ -7,7 +7,7 @@
 //   1. alignment refusal with no driver call      5. concurrent import/release
 //   2. bytes read back at non-periodic offsets    6. allocate_copy/free_copy pairing
 //   3. release exactly once                        7. name, caps and availability
-//   4. a foreign buffer refused
+//   4. a foreign buffer refused                    8. a refused run falls back alone
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -30,6 +30,7 @@
 
 #include "conformance/subject.hpp"
 #include "support/temp_file.hpp"
+#include "weightmap/executor.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
 
@@ -727,5 +728,121 @@ TEST_CASE("conformance 7: every importer reports its name, capabilities and avai
         const Observation none;
         finish(second, none);
         finish(instance, none);
+    });
+}
+
+// --- 8 ----------------------------------------------------------------------------------------
+namespace {
+
+/// Passes everything to the subject's importer but refuses its N-th import, as a driver out of
+/// aperture would: what the executor does next is the subject's business too (it must release
+/// exactly the imports that stay, and nothing of the refused one was ever made).
+class RefuseNth final : public Importer {
+public:
+    RefuseNth(Importer& inner, int refuse_at) : inner_(inner), refuse_at_(refuse_at) {}
+    std::string_view name() const noexcept override { return inner_.name(); }
+    ImporterCaps caps() const override { return inner_.caps(); }
+    Availability available() const override { return inner_.available(); }
+    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
+        if (++calls == refuse_at_)
+            return make_error(ErrorKind::import_failed,
+                              "conformance: refused import #" + std::to_string(calls));
+        return inner_.import(host_address, size);
+    }
+    Status release(const ImportedBuffer& buffer) noexcept override {
+        return inner_.release(buffer);
+    }
+    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
+                     void* dst) override {
+        return inner_.read_back(buffer, offset, size, dst);
+    }
+    int calls = 0;
+
+private:
+    Importer& inner_;
+    const int refuse_at_;
+};
+
+} // namespace
+
+TEST_CASE("conformance 8: a refused run falls back alone; the region's other runs stay imported",
+          "[conformance]") {
+    for_each_subject(8, "a refused run falls back alone", [](const Subject& s) {
+        Instance instance = s.make();
+        Importer& importer = usable(instance);
+        const ImporterCaps caps = importer.caps();
+        const std::uint64_t chunk = chunk_of(caps);
+        constexpr std::uint32_t runs = 5;
+        ModelMapping model(2 * runs * chunk + 123, caps.needs_writable_mapping);
+        if (skipped_for_file_pages(s, 8, importer, model, chunk)) return;
+        const Observation before = instance.observe();
+
+        // One device region of five tensors a chunk apart; the what-if size limit of one chunk
+        // makes each its own import (the planner merges nothing over it), on every subject, the
+        // CPU's included (planned as a device here, so that it has runs to refuse).
+        ModelDesc desc;
+        desc.files = {{model.path(), model.file_size()}};
+        TargetDesc target;
+        target.name = "dev";
+        target.importer_key = std::string(importer.name());
+        target.caps = caps;
+        target.caps.is_cpu = false;
+        target.caps.max_import_size = chunk;
+        target.import_policy = ImportPolicy::always;
+        desc.targets = {target};
+        for (std::uint32_t k = 0; k < runs; ++k)
+            desc.tensors.push_back({"t" + std::to_string(k), 0, 2 * k * chunk, chunk - 1, 0});
+        PlanOptions options;
+        options.import_enabled = true;
+        Result<Plan> plan = make_plan(desc, options);
+        REQUIRE(plan.ok());
+        REQUIRE(plan->regions.size() == 1);
+        REQUIRE(plan->regions[0].runs.size() == runs);
+
+        RefuseNth refusing(importer, 2);
+        std::vector<std::string> warnings;
+        ExecuteOptions execute;
+        execute.log = [&](LogLevel level, std::string_view message) {
+            if (level >= LogLevel::warning) warnings.emplace_back(message);
+        };
+        const MappedFile files[] = {{model.base(), model.length()}};
+        Importer* const importers[] = {&refusing};
+        {
+            Result<Placement> placed = execute_plan(desc, std::move(plan).value(), files,
+                                                    importers, execute);
+            REQUIRE(placed.ok());
+            CHECK(refusing.calls == static_cast<int>(runs));
+            const PlanRegion& region = placed->plan().regions[0];
+            INFO(region.reason);
+            CHECK(region.decision == Decision::import);
+            CHECK(region.runs.size() == runs - 1);
+            CHECK(placed->import_count() == runs - 1);
+            CHECK(warnings.size() == 1);
+            for (std::uint32_t k = 0; k < runs; ++k) {
+                INFO("tensor " << k);
+                const TensorLocation where = placed->locate(k);
+                if (k == 1) {
+                    CHECK_FALSE(where.imported);
+                    CHECK(std::string(where.reason).find("conformance: refused import #2") !=
+                          std::string::npos);
+                    continue;
+                }
+                REQUIRE(where.imported);
+                CHECK(static_cast<std::byte*>(where.buffer->host_address) +
+                          where.offset_in_buffer ==
+                      model.base() + 2 * k * chunk);
+                if (!s.has_read_back) continue;
+                std::vector<std::uint8_t> bytes(chunk - 1);
+                REQUIRE(refusing
+                            .read_back(*where.buffer, where.offset_in_buffer, bytes.size(),
+                                       bytes.data())
+                            .ok());
+                CHECK(model.mismatch(2 * k * chunk, bytes.data(), bytes.size()) == -1);
+            }
+            if (before.live) CHECK(*instance.observe().live > *before.live);
+        }
+        // The placement released the four that stayed; nothing of the refused one is left.
+        require_mapping_intact(model);
+        finish(instance, before);
     });
 }

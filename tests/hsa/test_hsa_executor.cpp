@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The HSA importer as a target's importer, end to end through make_plan and execute_plan over
-// real file mappings: tensors land in place, a failing lock turns only its region into a
-// fallback (its earlier locks unlocked), read-only mappings and the budget fall back with their
+// real file mappings: tensors land in place, a failing lock turns only its run into a fallback
+// (the region's other runs stay locked), read-only mappings and the budget fall back with their
 // reasons, and nothing stays locked once the Placement is gone.
 #include <catch2/catch.hpp>
 
@@ -100,7 +100,7 @@ TEST_CASE("a plan executes through the HSA importer with every device tensor in 
     CHECK(fake.unlock_calls() == 3);
 }
 
-TEST_CASE("a failure at the N-th lock turns only that region into a fallback", "[hsa][executor]") {
+TEST_CASE("a failure at the N-th lock turns only that run into a fallback", "[hsa][executor]") {
     FakeHsa& fake = FakeHsa::fresh();
     auto hsa = fake.importer();
     auto cpu = make_cpu_importer();
@@ -110,23 +110,27 @@ TEST_CASE("a failure at the N-th lock turns only that region into a fallback", "
     std::vector<Importer*> importers{hsa.get(), cpu.get()};
     std::vector<std::string> warnings;
 
-    SECTION("the second run of file 0: its first run is unlocked, file 1 stays") {
+    SECTION("the second run of file 0: its first run stays locked, file 1 too") {
         fake.set_fail_lock_at(2, HSA_STATUS_ERROR_OUT_OF_RESOURCES);
         {
             auto placed = execute_plan(m.model, m.plan(), files, importers, collect(warnings));
             REQUIRE(placed.ok());
             const PlanRegion& failed = region_of(placed.value(), 0, 0);
-            CHECK(failed.decision == Decision::fallback);
-            CHECK_THAT(failed.reason, Catch::Contains("HSA_STATUS_ERROR_OUT_OF_RESOURCES"));
+            CHECK(failed.decision == Decision::import);
+            CHECK(failed.runs.size() == 1);
+            CHECK_THAT(failed.reason, Catch::Contains("1 of its 2 imports refused") &&
+                                          Catch::Contains("HSA_STATUS_ERROR_OUT_OF_RESOURCES"));
             CHECK(region_of(placed.value(), 0, 1).decision == Decision::import);
             CHECK(region_of(placed.value(), 1, 0).decision == Decision::import);
-            CHECK_FALSE(placed->locate(0).imported);
+            CHECK(placed->locate(0).imported);
             CHECK_FALSE(placed->locate(2).imported);
+            CHECK_THAT(std::string(placed->locate(2).reason),
+                       Catch::Contains("HSA_STATUS_ERROR_OUT_OF_RESOURCES"));
             CHECK(placed->locate(3).imported);
             CHECK(placed->locate(4).imported);
             CHECK(fake.lock_calls() == 3);
-            CHECK(fake.live_locks() == 1); // file 1's lock alone; lock #1 was unlocked
-            CHECK(placed->plan().totals.fallback_bytes == 2 * MiB);
+            CHECK(fake.live_locks() == 2); // file 0's first run and file 1's
+            CHECK(placed->plan().totals.fallback_bytes == MiB);
             REQUIRE(warnings.size() == 1);
             CHECK_THAT(warnings[0], Catch::Contains("ROCm0") && Catch::Contains(m.file_a.path()));
         }
@@ -169,7 +173,7 @@ TEST_CASE("read-only mappings make every HSA region fall back with the runtime's
         CHECK_THAT(r.reason, Catch::Contains("HSA_STATUS_ERROR: A generic error has occurred.") &&
                                  Catch::Contains("PROT_WRITE"));
     }
-    CHECK(warnings.size() == 2);
+    CHECK(warnings.size() == 3); // one per refused run: file 0's two, file 1's one
     CHECK(fake.live_locks() == 0);
     CHECK(placed->plan().totals.imported_bytes == 0);
 }
