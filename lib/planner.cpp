@@ -109,9 +109,12 @@ private:
     std::vector<std::uint64_t> tree_;
 };
 
-// One (target, file) group of the sorted array.
+// One (target, file) group of the sorted array. A device group whose importer has a tensor
+// alignment holds its aligned tensors first, [begin, aligned_end), then the misaligned ones,
+// [aligned_end, end), each part in offset order: runs are planned over the first part alone.
 struct Group {
     std::uint32_t begin, end, target, file;
+    std::uint32_t aligned_end = end;
 };
 
 // Tensors [b, e) of the sorted array.
@@ -122,8 +125,10 @@ struct Span {
 
 // The planner's working state for one region.
 struct RegionWork {
-    std::uint32_t begin = 0, end = 0; // slice of the sorted array
-    std::uint64_t align = 0;          // max(page, importer alignment)
+    std::uint32_t begin = 0, end = 0; // slice of the sorted array runs are planned over
+    std::uint32_t group_end = 0;      // end of the region's slice: [end, group_end) are tensors
+                                      // misaligned for the importer's tensor alignment
+    std::uint64_t align = 0;          // max(page, importer alignment, tensor alignment)
     std::uint64_t mapped_len = 0;     // file size rounded up to whole pages
     std::uint64_t max_import = 0;     // 0: unlimited
     std::uint64_t lane = no_lane;     // (importer, file) group for shared pages
@@ -140,6 +145,8 @@ struct RegionWork {
     std::uint64_t refused_bytes = 0;
     std::uint64_t shared_dropped_tensors = 0; // of those, left out for a shared page
     std::uint64_t shared_dropped_bytes = 0;
+    std::uint64_t misaligned_tensors = 0;  // of those, left out for the tensor alignment
+    std::uint64_t misaligned_bytes = 0;
     std::uint32_t first_refused = none;    // sorted index of the first tensor that fell back
     bool whole_fallback = false;           // decided before any run was formed
     std::string base_reason;
@@ -228,10 +235,12 @@ private:
     void sort_group(const Group& g);
     void sort_group_by_offset(const Group& g);
     void order_equal_offsets(const Group& g);
+    void put_misaligned_last(Group& g);
 
     // --- regions (run) ------------------------------------------------------------------------
     void add_regions();
     void plan_region(std::uint32_t region, bool enabled, const std::string& disabled_reason);
+    void refuse_misaligned(std::uint32_t region);
     std::string import_reason(const PlanRegion& region) const;
     std::string gate_reason(const PlanRegion& region) const;
     static std::string policy_note(DeviceMemory memory);
@@ -307,10 +316,12 @@ void Planner::sort_tensors() {
         end_[k] = t.offset + t.size; // validate(): cannot wrap
     }
     bool nested = false;
-    for (const Group& g : groups_) {
+    for (Group& g : groups_) {
         sort_group(g);
+        put_misaligned_last(g);
+        // Each part of a group is in offset order; where the parts meet, ends may fall.
         for (std::uint32_t k = g.begin + 1; k < g.end && !nested; ++k)
-            nested = end_[k] < end_[k - 1];
+            nested = k != g.aligned_end && end_[k] < end_[k - 1];
     }
     if (nested) nested_ends_ = std::make_unique<RangeMax>(end_);
     prefix_.resize(n + 1);
@@ -402,6 +413,37 @@ void Planner::order_equal_offsets(const Group& g) {
     }
 }
 
+// A device tensor whose offset is not a multiple of its importer's tensor alignment can be served
+// by no import (an engine places a tensor at buffer base + offset_in_run, and its buffer type
+// needs that aligned): such tensors move behind the group's aligned ones, both parts keeping
+// their offset order, so runs are planned over the aligned slice alone.
+void Planner::put_misaligned_last(Group& g) {
+    g.aligned_end = g.end;
+    const ImporterCaps& caps = model_.targets[g.target].caps;
+    const std::uint64_t a = caps.tensor_alignment;
+    if (caps.is_cpu || a <= 1) return;
+    std::vector<std::uint32_t> misaligned;
+    std::uint32_t kept = g.begin;
+    for (std::uint32_t k = g.begin; k < g.end; ++k) {
+        if (offset_[k] % a != 0) {
+            misaligned.push_back(order_[k]);
+            continue;
+        }
+        order_[kept] = order_[k];
+        offset_[kept] = offset_[k];
+        end_[kept] = end_[k];
+        ++kept;
+    }
+    g.aligned_end = kept;
+    for (std::uint32_t index : misaligned) {
+        const TensorDesc& t = model_.tensors[index];
+        order_[kept] = index;
+        offset_[kept] = t.offset;
+        end_[kept] = t.offset + t.size;
+        ++kept;
+    }
+}
+
 // A cluster is a maximal run of tensors whose aligned extents overlap: they share a page (or an
 // importer-alignment block), so two imports may only cut between clusters. Touching extents do
 // not overlap, so they start a new cluster.
@@ -422,7 +464,7 @@ std::uint32_t Planner::refuse_unmappable_tail(std::uint32_t region, std::uint32_
     if (stop(w, tail) <= w.mapped_len) return end;
     refuse(region, tail,
            fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} of file "
-                       "{} (importer alignment {} > page size {})",
+                       "{} (alignment {} > page size {})",
                        start(w, tail), stop(w, tail), w.mapped_len, file_name(region), w.align,
                        page_));
     return tail.b;
@@ -633,6 +675,7 @@ std::vector<Span> Planner::keep_within_budget(std::uint32_t region, const std::v
 
 void Planner::plan_device_region(std::uint32_t region) {
     RegionWork& w = work_[region];
+    if (w.begin == w.end) return; // every tensor is off the importer's tensor alignment
     mark_clusters(w);
     std::uint32_t end = w.end;
     if (runs_mode_) end = refuse_unmappable_tail(region, end);
@@ -665,7 +708,7 @@ void Planner::plan_device_region(std::uint32_t region) {
         if (stop(w, p) > w.mapped_len)
             refuse(region, p,
                    fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} "
-                               "of file {} (importer alignment {} > page size {})",
+                               "of file {} (alignment {} > page size {})",
                                start(w, p), stop(w, p), w.mapped_len, file_name(region), w.align,
                                page_));
         else
@@ -837,8 +880,17 @@ void Planner::finish_region(std::uint32_t r) {
 void Planner::emit_runs(std::uint32_t r) {
     PlanRegion& region = plan_.regions[r];
     const RegionWork& w = work_[r];
-    region.tensors.assign(order_.begin() + w.begin, order_.begin() + w.end);
-    for (std::uint32_t k = w.begin; k < w.end; ++k) plan_.tensors[order_[k]].region = r;
+    region.tensors.assign(order_.begin() + w.begin, order_.begin() + w.group_end);
+    if (w.end != w.group_end) {
+        // The misaligned tensors were put last; the region lists its tensors by offset.
+        const auto by_offset = [&](std::uint32_t a, std::uint32_t b) {
+            const std::uint64_t x = model_.tensors[a].offset, y = model_.tensors[b].offset;
+            return x != y ? x < y : a < b;
+        };
+        std::inplace_merge(region.tensors.begin(), region.tensors.begin() + (w.end - w.begin),
+                           region.tensors.end(), by_offset);
+    }
+    for (std::uint32_t k = w.begin; k < w.group_end; ++k) plan_.tensors[order_[k]].region = r;
     region.runs.reserve(w.runs.size());
     for (Span s : w.runs) {
         PlanRun run;
@@ -904,6 +956,11 @@ void Planner::append_import_details(std::uint32_t r, std::string& reason) const 
                               "target, and within a region only a size-limit cut shares a page)",
                               w.shared_dropped_tensors, w.shared_dropped_bytes,
                               importer_key(target_of(r)));
+    if (w.misaligned_tensors != 0)
+        reason += fmt::format("; {} tensor(s) ({} bytes) left out: their offsets are not "
+                              "multiples of the importer's tensor alignment {}",
+                              w.misaligned_tensors, w.misaligned_bytes,
+                              target_of(r).caps.tensor_alignment);
     if (w.refused_tensors != 0)
         reason += fmt::format("; {} tensor(s) ({} bytes) fall back in all, each with its reason",
                               w.refused_tensors, w.refused_bytes);
@@ -932,19 +989,25 @@ void Planner::add_regions() {
     plan_.regions.reserve(groups_.size());
     work_.reserve(groups_.size());
     for (const Group& g : groups_) {
-        const Span whole{g.begin, g.end};
         PlanRegion region;
         region.target = g.target;
         region.file = g.file;
-        region.first = first(whole);
-        region.last = last(whole);
-        region.ctx_bytes = ctx(whole);
+        region.first = UINT64_MAX;
+        for (Span part : {Span{g.begin, g.aligned_end}, Span{g.aligned_end, g.end}}) {
+            if (part.empty()) continue;
+            region.first = std::min(region.first, first(part));
+            region.last = std::max(region.last, last(part));
+        }
+        region.ctx_bytes = ctx({g.begin, g.end});
         region.gate = passes_tightness_gate(region.first, region.last, region.ctx_bytes);
         const TargetDesc& target = model_.targets[g.target];
         RegionWork w;
         w.begin = g.begin;
-        w.end = g.end;
-        w.align = target.caps.is_cpu ? page_ : std::max<std::uint64_t>(page_, target.caps.alignment);
+        w.end = g.aligned_end;
+        w.group_end = g.end;
+        w.align = target.caps.is_cpu ? page_
+                                     : std::max({page_, target.caps.alignment,
+                                                 target.caps.tensor_alignment});
         w.mapped_len = align_up_saturating(model_.files[g.file].size, page_);
         w.max_import = target.caps.is_cpu ? 0 : target.caps.max_import_size;
         if (!target.caps.is_cpu)
@@ -970,11 +1033,27 @@ void Planner::plan_region(std::uint32_t r, bool enabled, const std::string& disa
         region.ctx_bytes == 0 || (options_.mode == PlanMode::gate && !region.gate)) {
         w.whole_fallback = true;
         w.base_reason = whole_fallback_reason(region, enabled, disabled_reason);
-        refuse(r, whole, w.base_reason);
+        refuse(r, {w.begin, w.group_end}, w.base_reason);
         return;
     }
     w.base_reason = import_reason(region);
+    refuse_misaligned(r);
     plan_device_region(r);
+}
+
+// The region's tensors misaligned for its importer's tensor alignment fall back, each alone.
+void Planner::refuse_misaligned(std::uint32_t r) {
+    RegionWork& w = work_[r];
+    const TargetDesc& target = target_of(r);
+    for (std::uint32_t k = w.end; k < w.group_end; ++k)
+        refuse(r, {k, k + 1},
+               fmt::format("offset {:#x} is not a multiple of the importer's tensor alignment {} "
+                           "(target '{}', importer '{}'): no import can serve it where its buffer "
+                           "needs it aligned",
+                           offset_[k], target.caps.tensor_alignment, target.name,
+                           importer_key(target)));
+    w.misaligned_tensors = w.group_end - w.end;
+    w.misaligned_bytes = ctx({w.end, w.group_end});
 }
 
 // Why a device region falls back whole, before any run is planned.
@@ -1049,6 +1128,11 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
             return make_error(ErrorKind::invalid_argument,
                               fmt::format("target {} ('{}'): alignment {} is not a power of two",
                                           i, model.targets[i].name, a));
+        const std::uint64_t ta = model.targets[i].caps.tensor_alignment;
+        if (ta != 0 && !is_power_of_two(ta))
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("target {} ('{}'): tensor_alignment {} is not a power "
+                                          "of two", i, model.targets[i].name, ta));
     }
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < model.tensors.size(); ++i) {

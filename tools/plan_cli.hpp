@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The plan options wm-plan and wm-load share: -ot/--override, --cpu-moe, --mode, --align,
-// --device, --import-policy.
+// --tensor-alignment, --device, --import-policy.
 // One definition, so what wm-plan shows is what wm-load does.
 #pragma once
 
@@ -26,6 +26,17 @@ inline void parse_with_llama_spelling(CLI::App& app, int argc, char** argv) {
     app.parse(args); // CLI11 takes the arguments in reverse order
 }
 
+/// CLI11 check: a power of two (1 included), else why not.
+inline std::string power_of_two_check(const std::string& v) {
+    std::uint64_t n = 0;
+    try {
+        n = std::stoull(v);
+    } catch (...) {
+        return "not a number: " + v;
+    }
+    return n != 0 && (n & (n - 1)) == 0 ? "" : "must be a power of two: " + v;
+}
+
 class PlanCli {
 public:
     void add_options(CLI::App& app) {
@@ -39,15 +50,12 @@ public:
             ->check(CLI::IsMember({"span", "gate", "runs"}));
         app.add_option("--align", align_, "importer alignment in bytes (default: the importer's, "
                                           "at least the page size)")
-            ->check([](const std::string& v) -> std::string {
-                std::uint64_t n = 0;
-                try {
-                    n = std::stoull(v);
-                } catch (...) {
-                    return "not a number: " + v;
-                }
-                return n != 0 && (n & (n - 1)) == 0 ? "" : "must be a power of two: " + v;
-            });
+            ->check(power_of_two_check);
+        app.add_option("--tensor-alignment", tensor_alignment_,
+                       "alignment every device tensor's offset in its import must meet, in bytes "
+                       "(an engine buffer type's, e.g. ggml-vulkan's minStorageBufferOffsetAlignment; "
+                       "default: the importer's, none for wm-plan): a tensor off it falls back alone")
+            ->check(power_of_two_check);
         app.add_option("--device", device_,
                        "unified|discrete|unknown: plan as if the device reached imported memory "
                        "this way (a what-if; wm-load still refuses what its importer's own answer "
@@ -80,10 +88,12 @@ public:
         return options;
     }
 
-    /// Applies --align and --device to a non-CPU target.
+    /// Applies --align, --tensor-alignment and --device to a non-CPU target.
     TargetDesc adjust(TargetDesc target) const {
         if (target.caps.is_cpu) return target;
         if (!align_.empty()) target.caps.alignment = std::stoull(align_);
+        if (!tensor_alignment_.empty())
+            target.caps.tensor_alignment = std::stoull(tensor_alignment_);
         if (!device_.empty()) {
             target.caps.device_memory = device_ == "unified"    ? DeviceMemory::unified
                                         : device_ == "discrete" ? DeviceMemory::discrete
@@ -101,6 +111,7 @@ private:
     bool cpu_moe_ = false;
     std::string mode_ = "runs";
     std::string align_;
+    std::string tensor_alignment_;
     std::string device_;
     std::string policy_ = "unified_only";
 };

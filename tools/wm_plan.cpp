@@ -25,7 +25,8 @@ namespace {
 struct Options {
     std::vector<std::string> files;
     bool json = false;
-    wm::tools::PlanCli plan; // -ot/--override, --cpu-moe, --mode, --align: shared with wm-load
+    wm::tools::PlanCli plan; // -ot/--override, --cpu-moe, --mode, --align, --tensor-alignment,
+                             // --device, --import-policy: shared with wm-load
 };
 
 int fail(const std::string& message) {
@@ -39,6 +40,19 @@ int fail(const std::string& message) {
 
 std::string mib(std::uint64_t bytes) {
     return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+// The tensors of a device region that fall back for a reason of their own (not the region's):
+// a tensor off the importer's tensor alignment, over the size limit, on a shared page, ...
+std::vector<std::uint32_t> own_fallbacks(const wm::ModelDesc& desc, const wm::Plan& plan,
+                                         const wm::PlanRegion& region) {
+    std::vector<std::uint32_t> out;
+    if (desc.targets[region.target].caps.is_cpu) return out;
+    for (std::uint32_t t : region.tensors) {
+        const wm::TensorPlacement& place = plan.tensors[t];
+        if (place.run == wm::no_index && place.reason != region.reason) out.push_back(t);
+    }
+    return out;
 }
 
 nlohmann::ordered_json to_json(const wm::ModelInfo& info, const wm::ModelDesc& desc,
@@ -61,12 +75,17 @@ nlohmann::ordered_json to_json(const wm::ModelInfo& info, const wm::ModelDesc& d
         if (!target.caps.is_cpu && r.decision == wm::Decision::import)
             for (const wm::PlanRun& run : r.runs)
                 runs.push_back({{"offset", run.extent_offset}, {"size", run.extent_size}});
+        json fallbacks = json::array();
+        for (std::uint32_t t : own_fallbacks(desc, plan, r))
+            fallbacks.push_back({{"tensor", t}, {"name", desc.tensors[t].name},
+                                 {"reason", plan.tensors[t].reason}});
         regions.push_back({{"target", target.name},
                            {"device_memory", wm::to_string(target.caps.device_memory)},
                            {"file", r.file}, {"first", r.first},
                            {"last", r.last}, {"ctx_bytes", r.ctx_bytes}, {"gate", r.gate},
                            {"decision", wm::to_string(r.decision)}, {"reason", r.reason},
-                           {"runs", std::move(runs)}});
+                           {"runs", std::move(runs)},
+                           {"fallback_tensors", std::move(fallbacks)}});
     }
     const wm::PlanTotals& t = plan.totals;
     json totals = {{"device_bytes", t.device_bytes}, {"imported_bytes", t.imported_bytes},
@@ -98,8 +117,11 @@ void print_table(const wm::ModelInfo& info, const wm::PlacementRules& rules,
                plan.page_size, wm::to_string(plan.import_policy));
     for (const wm::TargetDesc& t : desc.targets)
         if (!t.caps.is_cpu)
-            fmt::print(", {} import alignment {} device memory {} ({})", t.name,
-                       std::max<std::uint64_t>(plan.page_size, t.caps.alignment),
+            fmt::print(", {} import alignment {}{} device memory {} ({})", t.name,
+                       std::max({plan.page_size, t.caps.alignment, t.caps.tensor_alignment}),
+                       t.caps.tensor_alignment > 1
+                           ? fmt::format(" tensor alignment {}", t.caps.tensor_alignment)
+                           : "",
                        wm::to_string(t.caps.device_memory), t.caps.device_memory_note);
     fmt::print("\n\n");
 
@@ -112,16 +134,26 @@ void print_table(const wm::ModelInfo& info, const wm::PlacementRules& rules,
         fmt::print("{:<10} {:>4} {:>7} {:>#14x} {:>#14x} {:>10} {:>10} {:>4}  {:<8}  {}\n",
                    target.name, r.file, r.tensors.size(), r.first, r.last, mib(r.last - r.first),
                    mib(r.ctx_bytes), r.gate ? "yes" : "no", wm::to_string(r.decision), r.reason);
-        if (target.caps.is_cpu || r.decision != wm::Decision::import) continue;
-        for (std::size_t k = 0; k < r.runs.size() && k < max_runs_shown; ++k) {
+        if (target.caps.is_cpu) continue;
+        const std::size_t shown_runs = r.decision == wm::Decision::import ? r.runs.size() : 0;
+        for (std::size_t k = 0; k < shown_runs && k < max_runs_shown; ++k) {
             const wm::PlanRun& run = r.runs[k];
             fmt::print("  run {:>3}: pin [{:#x}, {:#x})  {} MiB for {} tensor(s)\n", k,
                        run.extent_offset, run.extent_offset + run.extent_size,
                        mib(run.extent_size), run.tensors.size());
         }
-        if (r.runs.size() > max_runs_shown)
+        if (shown_runs > max_runs_shown)
             fmt::print("  ... {} more runs (--json lists every run)\n",
-                       r.runs.size() - max_runs_shown);
+                       shown_runs - max_runs_shown);
+        const std::vector<std::uint32_t> alone = own_fallbacks(desc, plan, r);
+        for (std::size_t k = 0; k < alone.size() && k < max_runs_shown; ++k) {
+            const wm::TensorDesc& t = desc.tensors[alone[k]];
+            fmt::print("  falls back: {} [{:#x}, +{}): {}\n", t.name, t.offset, t.size,
+                       plan.tensors[alone[k]].reason);
+        }
+        if (alone.size() > max_runs_shown)
+            fmt::print("  ... {} more tensors fall back (--json lists every one)\n",
+                       alone.size() - max_runs_shown);
     }
     const wm::PlanTotals& t = plan.totals;
     fmt::print("\ntotals: device {} MiB, imported {} MiB, pinned {} MiB, fallback {} MiB, "

@@ -27,6 +27,14 @@ struct ImporterCaps {
     std::uint64_t alignment = 1;
     /// Largest single import in bytes; 0 means no limit (Vulkan: maxMemoryAllocationSize).
     std::uint64_t max_import_size = 0;
+    /// The alignment every tensor's offset inside its import must meet, in bytes: an engine's
+    /// buffer-type alignment (ggml-vulkan's is minStorageBufferOffsetAlignment, up to 256 on
+    /// real drivers, while GGUF aligns tensor data to only 32 by default). 0 or 1: none;
+    /// otherwise a power of two. The planner aligns every extent to max(page size, alignment,
+    /// tensor_alignment), so a tensor's offset in its import is a multiple of it exactly when its
+    /// file offset is; a device tensor whose file offset is not falls back alone, with the
+    /// numbers, and the rest of its region is planned around it. Ignored for the CPU.
+    std::uint64_t tensor_alignment = 1;
     /// This is the CPU: imports are passthrough, pin nothing and never need a writable mapping.
     bool is_cpu = false;
     /// An import stays valid after the mapping is re-protected PROT_READ, so the mapping layer

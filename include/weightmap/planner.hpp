@@ -11,8 +11,10 @@
 //  * every tensor resolves: an imported tensor lies wholly inside one run's extent, and
 //    extent_offset + offset_in_run == its file offset, so buffer base + offset_in_run ==
 //    mapping base + file offset;
-//  * extents are aligned to max(page size, importer alignment) and end within the mapped length
-//    (the file size rounded up to whole pages);
+//  * extents are aligned to max(page size, importer alignment, importer tensor_alignment) and
+//    end within the mapped length (the file size rounded up to whole pages);
+//  * every imported tensor's offset_in_run is a multiple of its importer's tensor_alignment (a
+//    device tensor whose file offset is not falls back alone);
 //  * no two extents of one importer (same importer_key, same file) overlap, in every mode;
 //  * mode runs: every import passes the tightness gate on its own;
 //  * no import is larger than the importer's max_import_size, and no region has more than
@@ -102,11 +104,14 @@ WM_API const char* to_string(Decision decision) noexcept;
 inline constexpr std::uint32_t no_index = std::numeric_limits<std::uint32_t>::max();
 
 /// One import: an aligned extent of a file and the tensors it serves. The tensors of a run are
-/// consecutive in the region's offset order; runs of a region are in file order and disjoint.
+/// consecutive in the region's offset order, leaving out only tensors that fall back for the
+/// importer's tensor_alignment (which lie between imported ones like another target's); runs of
+/// a region are in file order and disjoint.
 struct PlanRun {
     std::uint64_t first = 0;  ///< lowest tensor offset in the run
     std::uint64_t last = 0;   ///< highest tensor end in the run
-    std::uint64_t extent_offset = 0; ///< first aligned down to max(page, importer alignment)
+    std::uint64_t extent_offset = 0; ///< first aligned down to max(page, importer alignment,
+                                     ///< importer tensor_alignment)
     std::uint64_t extent_size = 0;   ///< aligned size to import; > 0, never past the mapped
                                      ///< length, never over the importer's max_import_size
     std::vector<std::uint32_t> tensors; ///< indices into ModelDesc::tensors, by offset
@@ -137,7 +142,9 @@ struct TensorPlacement {
     std::uint64_t offset_in_run = 0;  ///< tensor offset - run extent_offset
     /// Empty when imported. Otherwise why: the region's reason when the whole region falls back,
     /// or this tensor's own (a cluster that fails the gate, a tensor over the size limit, an
-    /// extent past the mapped length, the import budget, a page shared with another import).
+    /// extent past the mapped length, the import budget, a page shared with another import, an
+    /// offset that is not a multiple of the importer's tensor_alignment, an import the importer
+    /// refused when the plan was executed).
     std::string reason;
 };
 
@@ -163,8 +170,9 @@ struct Plan {
 
 /// Plans `model`. Fails (invalid_argument) only for an inconsistent description: a file or target
 /// index out of range, a tensor whose offset + size overflows or passes its file's size, tensor
-/// sizes that sum past 2^64, 2^32 - 1 tensors or more, a page size or an alignment that is not a
-/// power of two. Import refusals are not errors: they are fallbacks with reasons.
+/// sizes that sum past 2^64, 2^32 - 1 tensors or more, a page size, an alignment or a
+/// tensor_alignment (other than 0) that is not a power of two. Import refusals are not errors:
+/// they are fallbacks with reasons.
 /// Tensors may overlap and come in any order; the plan does not depend on their order.
 WM_API Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options = {});
 

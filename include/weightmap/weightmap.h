@@ -145,6 +145,13 @@ typedef struct wm_importer_caps {
     wm_device_memory device_memory;
     /* What device_memory was read from, for messages; "" or NULL. Owned like file_pages_note. */
     const char* device_memory_note;
+    /* The alignment every tensor's offset inside its import must meet (the engine's buffer-type
+     * alignment: ggml-vulkan's minStorageBufferOffsetAlignment, up to 256, while GGUF aligns
+     * tensor data to 32 by default); 0 or 1: none, else a power of two (wm_plan_create fails
+     * otherwise, naming the target). A device tensor whose file offset is not a multiple falls
+     * back alone with the numbers; extents are aligned to it as well. Default 1. Added after
+     * device_memory: a struct_size that ends before it keeps the default. */
+    uint64_t tensor_alignment;
 } wm_importer_caps;
 
 /* One imported range (importer.hpp's ImportedBuffer). Frozen layout. An engine importer may keep

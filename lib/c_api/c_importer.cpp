@@ -28,6 +28,7 @@ ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     if (caps.file_pages_note != nullptr) out.file_pages_note = caps.file_pages_note;
     out.device_memory = device_memory_from_c(caps.device_memory);
     if (caps.device_memory_note != nullptr) out.device_memory_note = caps.device_memory_note;
+    out.tensor_alignment = caps.tensor_alignment;
     return out;
 }
 
@@ -45,6 +46,7 @@ wm_importer_caps caps_to_c(const ImporterCaps& caps) {
     out.device_memory = static_cast<wm_device_memory>(caps.device_memory);
     out.device_memory_note =
         caps.device_memory_note.empty() ? "" : caps.device_memory_note.c_str();
+    out.tensor_alignment = caps.tensor_alignment;
     return out;
 }
 

@@ -23,6 +23,7 @@ typedef struct c_fake {
     /* configuration */
     uint64_t alignment;          /* caps.alignment; 1 leaves the default */
     uint64_t max_import_size;
+    uint64_t tensor_alignment;   /* caps.tensor_alignment; 0 leaves the default (1) */
     bool needs_writable_mapping;
     bool survives_read_only_reprotect;
     bool is_cpu;
@@ -89,8 +90,9 @@ static inline void c_fake_caps(void* user, wm_importer_caps* caps) {
     f->caps_struct_size = caps->struct_size;
     if (caps->alignment != 1 || caps->max_import_size != 0 || caps->needs_writable_mapping ||
         caps->is_cpu || caps->survives_read_only_reprotect ||
-        caps->device_memory != WM_DEVICE_MEMORY_UNKNOWN)
+        caps->device_memory != WM_DEVICE_MEMORY_UNKNOWN || caps->tensor_alignment != 1)
         ++f->caps_not_default;
+    if (f->tensor_alignment != 0) caps->tensor_alignment = f->tensor_alignment;
     caps->alignment = f->alignment;
     caps->max_import_size = f->max_import_size;
     caps->needs_writable_mapping = f->needs_writable_mapping;

@@ -5,8 +5,8 @@
  * with a reason, a wrong address) makes exactly that run fall back with the reason in the plan,
  * the location and the log while the region's other runs stay imported, that unavailability
  * makes every region fall back, that release_all and an abort from the progress callback leave
- * nothing imported, read_back through the vtable and its default, and that the destroy callback
- * runs once. */
+ * nothing imported, read_back through the vtable and its default, the vtable's tensor alignment
+ * reaching the plan, and that the destroy callback runs once. */
 #include "c_check.h"
 #include "c_fake_importer.h"
 
@@ -562,6 +562,30 @@ static void case_a_refused_run_of_six_falls_back_alone(void) {
     world_close(&w);
 }
 
+/* The vtable's tensor alignment reaches the plan: every device tensor of the world sits at an
+ * odd offset, so with 32 none is imported, each saying why, and nothing is asked of the fake. */
+static void case_tensor_alignment_from_the_vtable_reaches_the_plan(void) {
+    world w;
+    REQUIRE(world_open(&w));
+    w.fake.tensor_alignment = 32;
+    REQUIRE(world_build(&w));
+    wm_importer_caps caps = {.struct_size = sizeof caps};
+    REQUIRE_OK(wm_importer_get_caps(w.gpu, &caps));
+    CHECK_EQ(caps.tensor_alignment, 32);
+    wm_tensor_placement tp = {.struct_size = sizeof tp};
+    REQUIRE_OK(wm_plan_get_tensor(w.plan, 0, &tp));
+    CHECK_EQ(tp.run, WM_NO_INDEX);
+    CHECK_CONTAINS(tp.reason, "offset 0x11171 is not a multiple of the importer's tensor "
+                              "alignment 32 (target 'GPU', importer 'fake-gpu')");
+    wm_placement* placement = NULL;
+    REQUIRE_OK(world_execute(&w, NULL, &placement));
+    CHECK_EQ(w.fake.import_calls, 0);
+    check_file_fell_back(placement, 0, "tensor alignment 32");
+    check_file_fell_back(placement, 1, "tensor alignment 32");
+    wm_placement_destroy(placement);
+    world_close(&w);
+}
+
 static void case_unavailable_importer_makes_every_region_fall_back(void) {
     world w;
     REQUIRE(world_open(&w));
@@ -767,6 +791,7 @@ int main(void) {
     C_RUN(case_refusal_inside_a_region_keeps_its_earlier_runs);
     C_RUN(case_an_importer_that_moves_the_range_is_refused_and_released);
     C_RUN(case_a_refused_run_of_six_falls_back_alone);
+    C_RUN(case_tensor_alignment_from_the_vtable_reaches_the_plan);
     C_RUN(case_unavailable_importer_makes_every_region_fall_back);
     C_RUN(case_read_back_goes_through_the_vtable);
     C_RUN(case_device_memory_and_policy_decide_the_import);

@@ -771,6 +771,80 @@ static void case_first_version_structs_get_the_new_defaults(void) {
     wm_importer_destroy(cpu);
 }
 
+/* One region of three tensors on a what-if target of `caps`, the middle one at 64 KiB + 32:
+ * `status` receives what wm_plan_create returned. */
+static void plan_three_into(const wm_importer_caps* caps, wm_plan** plan, wm_status* status) {
+    wm_model* model = NULL;
+    REQUIRE_OK(wm_model_create(&model));
+    REQUIRE_OK(wm_model_add_file(model, "three.gguf", 4 * MiB, NULL));
+    REQUIRE_OK(wm_model_add_target_caps(model, "GPU", NULL, caps, NULL));
+    REQUIRE_OK(wm_model_add_tensor(model, "a", 0, 0, 64 * KiB, 0, NULL));
+    REQUIRE_OK(wm_model_add_tensor(model, "b", 0, 64 * KiB + 32, 1000, 0, NULL));
+    REQUIRE_OK(wm_model_add_tensor(model, "c", 0, 128 * KiB, 64 * KiB, 0, NULL));
+    const wm_plan_options o = options(WM_PLAN_RUNS);
+    *status = wm_plan_create(model, &o, plan);
+    wm_model_destroy(model);
+}
+
+static wm_status plan_three(const wm_importer_caps* caps, wm_plan** plan) {
+    wm_status status = WM_ERROR_INTERNAL; /* if plan_three_into stops at a REQUIRE */
+    plan_three_into(caps, plan, &status);
+    return status;
+}
+
+/* caps.tensor_alignment: a tensor off it falls back alone with the numbers, the others import
+ * at offsets that are multiples of it; not a power of two is refused; a struct_size from before
+ * the field keeps the default (none). */
+static void case_tensor_alignment_makes_a_misaligned_tensor_fall_back_alone(void) {
+    wm_importer_caps caps = device_caps(1, 0);
+    caps.tensor_alignment = 256;
+    wm_plan* plan = NULL;
+    REQUIRE_OK(plan_three(&caps, &plan));
+    wm_tensor_placement t = {.struct_size = sizeof t};
+    for (uint32_t i = 0; i < 3; i += 2) {
+        REQUIRE_OK(wm_plan_get_tensor(plan, i, &t));
+        CHECK(t.run != WM_NO_INDEX);
+        CHECK_EQ(t.offset_in_run % 256, 0);
+    }
+    REQUIRE_OK(wm_plan_get_tensor(plan, 1, &t));
+    CHECK_EQ(t.run, WM_NO_INDEX);
+    CHECK_STR_EQ(t.reason, "offset 0x10020 is not a multiple of the importer's tensor alignment "
+                           "256 (target 'GPU', importer 'GPU'): no import can serve it where its "
+                           "buffer needs it aligned");
+    wm_plan_region region = {.struct_size = sizeof region};
+    REQUIRE_OK(wm_plan_get_region(plan, 0, &region));
+    CHECK(region.decision == WM_DECISION_IMPORT);
+    CHECK_EQ(region.tensor_count, 3);
+    CHECK_CONTAINS(region.reason, "1 tensor(s) (1000 bytes) left out: their offsets are not "
+                                  "multiples of the importer's tensor alignment 256");
+    wm_plan_totals totals = {.struct_size = sizeof totals};
+    REQUIRE_OK(wm_plan_get_totals(plan, &totals));
+    CHECK_EQ(totals.fallback_bytes, 1000);
+    CHECK_EQ(totals.imported_bytes, 128 * KiB);
+    wm_plan_destroy(plan);
+
+    caps.tensor_alignment = 48;
+    plan = NULL;
+    CHECK(plan_three(&caps, &plan) == WM_ERROR_INVALID_ARGUMENT);
+    CHECK(plan == NULL);
+    CHECK_CONTAINS(wm_last_error(), "target 0 ('GPU'): tensor_alignment 48 is not a power of two");
+
+    caps.struct_size = (uint32_t)offsetof(wm_importer_caps, tensor_alignment); /* 48: not read */
+    REQUIRE_OK(plan_three(&caps, &plan));
+    REQUIRE_OK(wm_plan_get_tensor(plan, 1, &t));
+    CHECK(t.run != WM_NO_INDEX);
+    REQUIRE_OK(wm_plan_get_totals(plan, &totals));
+    CHECK_EQ(totals.fallback_bytes, 0);
+    wm_plan_destroy(plan);
+
+    wm_importer* cpu = NULL;
+    REQUIRE_OK(wm_importer_create_cpu(&cpu));
+    wm_importer_caps now = {.struct_size = sizeof now};
+    REQUIRE_OK(wm_importer_get_caps(cpu, &now));
+    CHECK_EQ(now.tensor_alignment, 1); /* the default */
+    wm_importer_destroy(cpu);
+}
+
 static void case_device_memory_and_policy_names(void) {
     CHECK_STR_EQ(wm_device_memory_name(WM_DEVICE_MEMORY_UNKNOWN), "unknown");
     CHECK_STR_EQ(wm_device_memory_name(WM_DEVICE_MEMORY_UNIFIED), "unified");
@@ -807,6 +881,7 @@ int main(void) {
     C_RUN(case_regions_are_ordered_by_target_then_file);
     C_RUN(case_device_memory_and_policy_shape_the_plan);
     C_RUN(case_first_version_structs_get_the_new_defaults);
+    C_RUN(case_tensor_alignment_makes_a_misaligned_tensor_fall_back_alone);
     C_RUN(case_device_memory_and_policy_names);
     return c_check_finish();
 }

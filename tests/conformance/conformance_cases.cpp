@@ -702,6 +702,8 @@ TEST_CASE("conformance 7: every importer reports its name, capabilities and avai
         INFO("alignment " << caps.alignment);
         CHECK(caps.alignment >= 1);
         CHECK((caps.alignment & (caps.alignment - 1)) == 0);
+        INFO("tensor_alignment " << caps.tensor_alignment);
+        CHECK((caps.tensor_alignment & (caps.tensor_alignment - 1)) == 0); // 0, 1 or 2^k
         CHECK(caps.is_cpu == s.expect_cpu);
         if (caps.is_cpu) CHECK_FALSE(caps.needs_writable_mapping); // importer.hpp: only non-CPU
         if (!caps.refuses_file_pages) CHECK(caps.file_pages_note.empty());

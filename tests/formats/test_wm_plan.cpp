@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -228,6 +229,56 @@ TEST_CASE("wm-plan --device and --import-policy: a discrete card imports nothing
     CHECK_THAT(table.out, Catch::Contains("device memory discrete (--device discrete)"));
 }
 
+TEST_CASE("wm-plan --tensor-alignment: a device tensor off it falls back alone, with its reason") {
+    Fixture f;
+    // One tensor of every ggml type, packed at GGUF's 32-byte alignment: at the first larger
+    // power of two that splits them, some are off and fall back, the others still import.
+    const std::string model = f.dir.path() + "/every-type.gguf";
+    REQUIRE(write_gguf(model, wm::test::every_type_gguf_spec(), DataFill::pattern));
+    const ModelInfo info = read(model);
+    std::uint64_t align = 0;
+    std::set<std::string> off;
+    for (std::uint64_t a = 64; a <= 4096 && align == 0; a *= 2) {
+        off.clear();
+        for (const auto& t : info.tensors)
+            if (t.offset % a != 0) off.insert(t.name);
+        if (!off.empty() && off.size() < info.tensors.size()) align = a;
+    }
+    REQUIRE(align != 0);
+    const std::string arg = std::to_string(align);
+
+    const json j = parse_plan(f.plan({"--json", "--tensor-alignment", arg, model}));
+    check_plan_json(j, info);
+    const json& device = j["regions"][0];
+    CHECK(device["decision"] == "import");
+    CHECK_THAT(device["reason"].get<std::string>(),
+               Catch::Contains(fmt::format("{} tensor(s)", off.size())) &&
+                   Catch::Contains("left out: their offsets are not multiples of the importer's "
+                                   "tensor alignment " + arg));
+    std::set<std::string> listed;
+    for (const json& t : device["fallback_tensors"]) {
+        listed.insert(t["name"].get<std::string>());
+        const std::uint64_t offset = j["tensors"][t["tensor"].get<std::size_t>()]["offset"];
+        CHECK(t["reason"] == fmt::format("offset {:#x} is not a multiple of the importer's tensor "
+                                         "alignment {} (target 'device', importer 'device'): no "
+                                         "import can serve it where its buffer needs it aligned",
+                                         offset, align));
+    }
+    CHECK(listed == off);
+    CHECK(j["totals"]["imported_bytes"].get<std::uint64_t>() > 0);
+
+    // Without it (the default) nothing falls back alone.
+    const json plain = parse_plan(f.plan({"--json", model}));
+    CHECK(plain["regions"][0]["fallback_tensors"].empty());
+
+    auto table = f.plan({"--tensor-alignment", arg, model});
+    REQUIRE(table.status == 0);
+    CHECK_THAT(table.out, Catch::Contains("tensor alignment " + arg));
+    CHECK_THAT(table.out, Catch::Contains("  falls back: "));
+    CHECK_THAT(table.out,
+               Catch::Contains("is not a multiple of the importer's tensor alignment " + arg));
+}
+
 TEST_CASE("wm-plan prints the table: regions, decisions, runs and totals") {
     Fixture f;
     auto r = f.plan({"--cpu-moe", f.model});
@@ -296,6 +347,7 @@ TEST_CASE("wm-plan: bad input is one line on stderr and exit status 1") {
         {{"-ot", "(unclosed=CPU", f.model}, "bad regular expression"},
         {{"-ot", "noequals", f.model}, "expected REGEX=TARGET"},
         {{"--align", "3", f.model}, "power of two"},
+        {{"--tensor-alignment", "48", f.model}, "power of two"},
         {{"--mode", "fast", f.model}, "fast"},
         {{"--device", "apu", f.model}, "apu"},
         {{"--import-policy", "sometimes", f.model}, "sometimes"},

@@ -67,6 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         target.caps.device_memory = memory[kind % 4];
         if ((kind >> 2) % 4 == 1)
             target.import_policy = kind >> 4 & 1 ? wm::ImportPolicy::always : wm::ImportPolicy::never;
+        // Half the targets with a tensor alignment (offsets are multiples of 16 here).
+        constexpr std::uint64_t tensor_alignment[] = {1, 0, 1, 1, 32, 64, 256, 65536};
+        target.caps.tensor_alignment = tensor_alignment[kind >> 5 & 7];
         m.targets.push_back(target);
     }
     while (in.pos < in.size && m.tensors.size() < 4096) {

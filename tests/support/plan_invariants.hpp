@@ -63,7 +63,8 @@ inline void check_region(const ModelDesc& m, const PlanRegion& region, std::uint
 }
 
 // One run: aligned, inside the mapped length, within the limit, in file order, its tensors
-// resolving to extent_offset + offset_in_run == file offset inside the extent.
+// resolving to extent_offset + offset_in_run == file offset inside the extent, each
+// offset_in_run a multiple of the importer's tensor alignment.
 inline void check_run(const ModelDesc& m, const Plan& p, std::uint32_t r, std::uint32_t k,
                       std::uint64_t& previous_end, std::vector<std::uint32_t>& seen,
                       Violations& v) {
@@ -71,7 +72,10 @@ inline void check_run(const ModelDesc& m, const Plan& p, std::uint32_t r, std::u
     const PlanRun& run = region.runs[k];
     const TargetDesc& target = m.targets[region.target];
     const bool cpu = target.caps.is_cpu;
-    const std::uint64_t align = cpu ? p.page_size : std::max(p.page_size, target.caps.alignment);
+    const std::uint64_t align =
+        cpu ? p.page_size
+            : std::max({p.page_size, target.caps.alignment, target.caps.tensor_alignment});
+    const std::uint64_t tensor_align = cpu ? 1 : std::max<std::uint64_t>(target.caps.tensor_alignment, 1);
     const std::uint64_t mapped = round_up(m.files[region.file].size, p.page_size);
     const auto where = [&] {
         std::ostringstream s;
@@ -110,6 +114,9 @@ inline void check_run(const ModelDesc& m, const Plan& p, std::uint32_t r, std::u
             place.offset_in_run + td.size > run.extent_size)
             v.add(where(), "tensor ", t, " at ", td.offset, " +", td.size,
                   " does not resolve (offset_in_run ", place.offset_in_run, ")");
+        if (place.offset_in_run % tensor_align != 0)
+            v.add(where(), "tensor ", t, " offset_in_run ", place.offset_in_run,
+                  " is not a multiple of the importer's tensor alignment ", tensor_align);
         if (!place.reason.empty()) v.add(where(), "imported tensor ", t, " has a reason");
     }
     if (run.first != first || run.last != last || run.ctx_bytes != ctx)
