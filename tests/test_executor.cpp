@@ -200,22 +200,30 @@ struct SixRuns {
     }
 };
 
+// SixRuns mapped writable, a fake device importer and the CPU, the warnings collected.
+struct SixRunsMapped {
+    SixRuns six;
+    TestMapping mapping{six.file.path(), six.file.size(), true};
+    std::vector<MappedFile> files{mapping.view()};
+    FakeImporter gpu0{"gpu0", wm::test::device_caps(4096, true)};
+    std::unique_ptr<Importer> cpu = make_cpu_importer();
+    std::vector<Importer*> importers{&gpu0, cpu.get()};
+    std::vector<std::string> warnings;
+    ExecuteOptions options;
+    SixRunsMapped() {
+        options.log = [this](LogLevel level, std::string_view msg) {
+            if (level == LogLevel::warning) warnings.emplace_back(msg);
+        };
+    }
+};
+
 } // namespace
 
 TEST_CASE("a refused import falls back alone: the region's other runs stay imported",
           "[executor]") {
-    SixRuns six;
-    TestMapping mapping(six.file.path(), six.file.size(), true);
-    std::vector<MappedFile> files{mapping.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
+    SixRunsMapped m;
+    auto& [six, mapping, files, gpu0, cpu, importers, warnings, options] = m;
     gpu0.fail_import_at = 3; // the region's third run
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, cpu.get()};
-    std::vector<std::string> warnings;
-    ExecuteOptions options;
-    options.log = [&](LogLevel level, std::string_view msg) {
-        if (level == LogLevel::warning) warnings.emplace_back(msg);
-    };
     const Plan planned = six.plan();
     const std::vector<std::uint32_t> refused_tensors = planned.regions[0].runs[2].tensors;
     {
@@ -284,17 +292,8 @@ TEST_CASE("a refused import falls back alone: the region's other runs stay impor
 
 TEST_CASE("a region all of whose runs are refused is a fallback; a target-wide refusal too",
           "[executor]") {
-    SixRuns six;
-    TestMapping mapping(six.file.path(), six.file.size(), true);
-    std::vector<MappedFile> files{mapping.view()};
-    FakeImporter gpu0("gpu0", wm::test::device_caps(4096, true));
-    auto cpu = make_cpu_importer();
-    std::vector<Importer*> importers{&gpu0, cpu.get()};
-    std::vector<std::string> warnings;
-    ExecuteOptions options;
-    options.log = [&](LogLevel level, std::string_view msg) {
-        if (level == LogLevel::warning) warnings.emplace_back(msg);
-    };
+    SixRunsMapped m;
+    auto& [six, mapping, files, gpu0, cpu, importers, warnings, options] = m;
     SECTION("every run refused, one warning each") {
         gpu0.misalign_result_by = 16; // every import comes back moved: each is refused
         auto placed = execute_plan(six.model, six.plan(), files, importers, options);

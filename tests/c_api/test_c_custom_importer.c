@@ -197,19 +197,7 @@ static void check_file_fell_back(const wm_placement* placement, uint32_t file, c
     CHECK(region.decision == WM_DECISION_FALLBACK);
     CHECK_EQ(region.run_count, 0);
     if (why != NULL) CHECK_CONTAINS(region.reason, why);
-    for (uint32_t k = 0; k < PER_FILE; ++k) {
-        if (t_target[k] != T_GPU) continue;
-        wm_tensor_location loc = {.struct_size = sizeof loc};
-        REQUIRE_OK(wm_placement_locate(placement, file * PER_FILE + k, &loc));
-        CHECK(!loc.imported);
-        CHECK_EQ(loc.import_index, WM_NO_INDEX);
-        CHECK(loc.reason != NULL && loc.reason[0] != '\0');
-        if (why != NULL) CHECK_CONTAINS(loc.reason, why);
-        wm_tensor_placement tp = {.struct_size = sizeof tp};
-        REQUIRE_OK(wm_plan_get_tensor(executed, file * PER_FILE + k, &tp));
-        CHECK_EQ(tp.run, WM_NO_INDEX);
-        if (why != NULL) CHECK_CONTAINS(tp.reason, why);
-    }
+    for (uint32_t run = 0; run < 2; ++run) check_run_fell_back(placement, file, run, why);
 }
 
 /* The CPU regions are imported whatever the fake does. */
