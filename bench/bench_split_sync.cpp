@@ -8,7 +8,7 @@
 // drain, fails, or is not the cheapest rule. Optional argument: number of graphs.
 //
 // bench_split_sync --replay TRACE replays a scheduler's trace (split_trace.hpp: what the patched
-// ggml scheduler writes with WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) under the upstream rule and the
+// ggml scheduler writes with GGML_WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) under the upstream rule and the
 // helper, over the simulator's reusing allocator:
 //   replay rule=<upstream|helper> graphs=<n> splits=<n> syncs=<n> drains=<n> hazards=<n>
 // Exits 1 when the trace does not parse or the helper shows a hazard or fails.
