@@ -211,22 +211,34 @@ run_split_sync() { # MODELS_DIR
   done
 }
 
-# A device whose imports need writable pages (test hook): the model is mapped MAP_SHARED
-# read-write, never privately, the file is unchanged; on a read-only bind mount the mapping stays
-# read-only and every weight is copied, with the same tokens.
-check_writable_mapping() { # MODEL
-  local model=$1 log=$out/run/writable pid hash maps ro=$out/ro-mount
-  hash=$(sha256sum < "$model")
-  LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=1 "$bin/llama-completion" -m "$model" "${common[@]}" -n 64 \
-    > "$log.out" 2> "$log.err" < /dev/null &
+# Runs MODEL (64 tokens) with ENV... and writes the permissions of its mappings of MODEL once it
+# has loaded (from /proc/PID/maps), one per line, to LOG.perms.
+mapping_perms_after_load() { # LOG MODEL ENV...
+  local log=$1 model=$2 pid; shift 2
+  env "$@" "$bin/llama-completion" -m "$model" "${common[@]}" -n 64 > "$log.out" 2> "$log.err" < /dev/null &
   pid=$!
   for _ in $(seq 300); do grep -q 'weightmap: device' "$log.err" && break; sleep 0.1; done
-  maps=$(grep -F "$(realpath "$model")" "/proc/$pid/maps" || true)
-  wait "$pid" || fail "the writable-mapping run failed; see $log.err"
+  { grep -F "$(realpath "$model")" "/proc/$pid/maps" || true; } | awk '{print $2}' > "$log.perms"
+  wait "$pid" || fail "$(basename "$log") failed; see $log.err"
+}
+
+# A device whose imports need writable pages (test hook): the model is mapped MAP_SHARED
+# read-write, never privately, and the file is unchanged; where its imports survive PROT_READ the
+# mapping goes back to read-only after loading; on a read-only bind mount it stays read-only and
+# every weight is copied, with the same tokens.
+check_writable_mapping() { # MODEL
+  local model=$1 log=$out/run/writable hash perms ro=$out/ro-mount
+  hash=$(sha256sum < "$model")
+  mapping_perms_after_load "$log" "$model" LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=1
+  perms=$(cat "$log.perms")
   echo "writable mapping: $(grep -m1 'llama_weightmap: mapping' "$log.err" | sed 's/.*llama_weightmap: //')"
-  echo "  /proc/PID/maps: $(awk '{print $2}' <<< "$maps" | sort | uniq -c | tr '\n' ' ')"
-  grep -q ' rw-s ' <<< "$maps" || fail "the model was not mapped shared and writable"
-  ! grep -q ' rw-p ' <<< "$maps" || fail "the model was mapped private and writable"
+  echo "  after loading: $(sort <<< "$perms" | uniq -c | tr -s ' \n' ' ')"
+  grep -qx 'rw-s' <<< "$perms" || fail "the model was not mapped shared and writable"
+  ! grep -q 'p$' <<< "$perms" || fail "the model was mapped privately"
+  mapping_perms_after_load "$log-reprotect" "$model" LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=reprotect
+  perms=$(cat "$log-reprotect.perms")
+  echo "  imports that survive PROT_READ: $(grep -m1 're-protected' "$log-reprotect.err" | sed 's/.*llama_weightmap: //'); after loading: $(sort <<< "$perms" | uniq -c | tr -s ' \n' ' ')"
+  [[ -n $perms ]] && ! grep -qv 'r--s' <<< "$perms" || fail "the writable mapping was not re-protected read-only"
   [[ $(sha256sum < "$model") == "$hash" ]] || fail "the model file changed under a writable mapping"
   mkdir -p "$ro"
   unshare -m bash -c 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"' _ \
