@@ -88,7 +88,7 @@ run_case() { # NAME MODEL EXTRA KIND
       generate "$i" "$out/stock/llama-completion" "$model" LD_LIBRARY_PATH="$out/stock:$LD_LIBRARY_PATH" -- "${extra[@]}"
       generate "$k" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_IMPORT=0 -- "${extra[@]}" ;;
   esac
-  print_arm "$name" "${kind/import/import}" "$i"
+  print_arm "$name" "$kind" "$i"
   print_arm "$name" copy "$k"
   ref=$k
   local ngl_i ngl_k
