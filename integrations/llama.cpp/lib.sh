@@ -141,6 +141,16 @@ check_refused_run_alone() { # MODEL
   same_tokens "$log" "$out/run/dense-big.import" || fail "the refused-second run generated other tokens"
 }
 
+# Runs a corrupt MODEL in ARM (import or copy) with FLAGS, writing LOG.out/.err; prints the exit
+# status, which must be an error (non-zero), never a signal.
+run_corrupt() { # LOG MODEL ARM FLAGS...
+  local log=$1 model=$2 arm=$3 rc=0 envs=(LLAMA_WEIGHTMAP_IMPORT=1); shift 3
+  [[ $arm == copy ]] && envs=(LLAMA_WEIGHTMAP_IMPORT=0)
+  env "${envs[@]}" "$bin/llama-completion" -m "$model" "${common[@]}" "$@" \
+    > "$log.out" 2> "$log.err" < /dev/null || rc=$?
+  echo "$rc"
+}
+
 # --check-tensors validates imported tensors too: a NaN written into a device tensor fails the
 # load in both arms.
 check_tensors_validated() { # MODEL
@@ -149,11 +159,7 @@ check_tensors_validated() { # MODEL
   # the middle of the file lies inside a layer's F32 weights (device tensors at the default -ngl)
   printf '\xff\xff\xff\x7f%.0s' $(seq 64) | dd of="$bad" bs=1 seek=$(($(stat -c %s "$bad") / 2 / 4 * 4)) conv=notrunc status=none
   for arm in import copy; do
-    local envs=()
-    [[ $arm == copy ]] && envs=(LLAMA_WEIGHTMAP_IMPORT=0)
-    rc=0
-    env "${envs[@]}" "$bin/llama-completion" -m "$bad" "${common[@]}" --check-tensors \
-      > "$out/run/nan.$arm.out" 2> "$out/run/nan.$arm.err" < /dev/null || rc=$?
+    rc=$(run_corrupt "$out/run/nan.$arm" "$bad" "$arm" --check-tensors)
     echo "--check-tensors, NaN in a device tensor ($arm arm): exit $rc, $(grep -m1 'invalid data' "$out/run/nan.$arm.err" || echo 'not found')"
     ((rc != 0 && rc < 128)) && grep -q 'invalid data' "$out/run/nan.$arm.err" ||
       fail "--check-tensors did not reject the corrupt tensor in the $arm arm"
@@ -165,11 +171,7 @@ check_truncated_model() { # MODEL
   local bad=$out/models/truncated.gguf arm rc
   head -c 100000 "$1" > "$bad"
   for arm in import copy; do
-    local envs=()
-    [[ $arm == copy ]] && envs=(LLAMA_WEIGHTMAP_IMPORT=0)
-    rc=0
-    env "${envs[@]}" "$bin/llama-completion" -m "$bad" "${common[@]}" \
-      > "$out/run/truncated.$arm.out" 2> "$out/run/truncated.$arm.err" < /dev/null || rc=$?
+    rc=$(run_corrupt "$out/run/truncated.$arm" "$bad" "$arm")
     ((rc != 0 && rc < 128)) || fail "a truncated model ended with status $rc in the $arm arm (expected an error)"
     echo "corrupt model ($arm arm): exit $rc, $(grep -m1 -iE 'error|failed' "$out/run/truncated.$arm.err" || echo 'no message')"
   done
