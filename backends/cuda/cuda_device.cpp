@@ -78,6 +78,34 @@ void classify(DeviceFacts& facts) {
     }
 }
 
+// Direct where the device reads pageable memory through the host's page tables (hardware
+// coherent: the CUDA programming guide's GH200 case; GB10 reports it too, sglang#37068), so
+// nothing needs registering; registration where the device can map registered memory; else
+// neither, with the reason. A device with PAGEABLE_MEMORY_ACCESS alone (HMM, software coherent)
+// registers first: a mapped registration needs no page faults; it goes direct on an 801.
+void choose_method(DeviceFacts& facts) {
+    if (facts.pageable_access && facts.host_page_tables) {
+        facts.method = CudaImportMethod::direct;
+        facts.method_note = facts.name + ": PAGEABLE_MEMORY_ACCESS 1, "
+                                         "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1";
+    } else if (!facts.host_register) {
+        facts.method_note = fmt::format("'{}' does not support cuMemHostRegister "
+                                        "(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0) and does "
+                                        "not read pageable memory through the host's page tables",
+                                        facts.name);
+    } else if (!facts.can_map_host) {
+        facts.method_note = fmt::format("'{}' cannot map host memory "
+                                        "(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY 0)",
+                                        facts.name);
+    } else {
+        facts.method = CudaImportMethod::register_host;
+        facts.method_note = fmt::format(
+            "{}: HOST_REGISTER_SUPPORTED 1, CAN_MAP_HOST_MEMORY 1, READ_ONLY_HOST_REGISTER_"
+            "SUPPORTED {}, PAGEABLE_MEMORY_ACCESS {}",
+            facts.name, facts.read_only_register ? 1 : 0, facts.pageable_access ? 1 : 0);
+    }
+}
+
 DeviceFacts read_facts(const Api& api, CUdevice device) {
     DeviceFacts facts;
     facts.device = device;
@@ -86,6 +114,7 @@ DeviceFacts read_facts(const Api& api, CUdevice device) {
                      ? std::string(name, strnlen(name, sizeof name))
                      : fmt::format("CUDA device {}", device);
     facts.integrated = attribute(api, device, CU_DEVICE_ATTRIBUTE_INTEGRATED);
+    facts.pageable_access = attribute(api, device, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS);
     facts.host_page_tables =
         attribute(api, device, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES);
     facts.read_only_register =
@@ -93,19 +122,13 @@ DeviceFacts read_facts(const Api& api, CUdevice device) {
     facts.host_register = attribute(api, device, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
     facts.can_map_host = attribute(api, device, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
     classify(facts);
+    choose_method(facts);
     return facts;
 }
 
 // Whether imports may be made on this device, and why not.
 Availability import_availability(const DeviceFacts& facts, bool allow_discrete) {
-    if (!facts.host_register)
-        return {false, fmt::format("'{}' does not support cuMemHostRegister "
-                                   "(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 0)",
-                                   facts.name)};
-    if (!facts.can_map_host)
-        return {false, fmt::format("'{}' cannot map host memory "
-                                   "(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY 0)",
-                                   facts.name)};
+    if (facts.method == CudaImportMethod::unavailable) return {false, facts.method_note};
     if (facts.memory == DeviceMemory::discrete && !allow_discrete)
         return {false, fmt::format("'{}' is a discrete GPU ({}): every kernel read of an imported "
                                    "weight would cross the bus; CudaImporterParams::allow_discrete "

@@ -47,7 +47,8 @@ constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_INTEGRATED = 18;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19;
 /// The device shares a unified address space with the host.
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41;
-/// The device accesses pageable memory coherently, without cuMemHostRegister (HMM or ATS).
+/// "Device supports coherently accessing pageable memory without calling cudaHostRegister on it"
+/// (HMM or ATS): a kernel may dereference a pointer into a plain mapping.
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88;
 /// The device can use the host pointer of registered memory as its own address.
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91;
@@ -92,6 +93,7 @@ using PFN_cuMemAlloc = CUresult (*)(CUdeviceptr* device_pointer, std::size_t siz
 using PFN_cuMemFree = CUresult (*)(CUdeviceptr device_pointer);                     // _v2
 using PFN_cuMemcpyHtoD = CUresult (*)(CUdeviceptr dst, const void* src, std::size_t size); // _v2
 using PFN_cuMemcpyDtoH = CUresult (*)(void* dst, CUdeviceptr src, std::size_t size);       // _v2
+using PFN_cuMemcpyDtoD = CUresult (*)(CUdeviceptr dst, CUdeviceptr src, std::size_t size); // _v2
 }
 
 /// The entry points and the symbol each is resolved from.
@@ -116,6 +118,7 @@ struct Api {
     PFN_cuMemFree mem_free = nullptr;                            // cuMemFree_v2
     PFN_cuMemcpyHtoD memcpy_htod = nullptr;                      // cuMemcpyHtoD_v2
     PFN_cuMemcpyDtoH memcpy_dtoh = nullptr;                      // cuMemcpyDtoH_v2
+    PFN_cuMemcpyDtoD memcpy_dtod = nullptr;                      // cuMemcpyDtoD_v2
 };
 
 /// One loaded driver with cuInit done. Destruction dlcloses it (the driver has no counterpart

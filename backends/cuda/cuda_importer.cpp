@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The CUDA importer: cuMemHostRegister(DEVICEMAP [| READ_ONLY]) of page-aligned ranges of the
-// weight mapping, in the engine's context or the device's primary context.
+// The CUDA importer: page-aligned ranges of the weight mapping, either used directly (a device
+// that reads pageable memory through the host's page tables) or registered with
+// cuMemHostRegister(DEVICEMAP [| READ_ONLY]), in the engine's context or the device's primary one.
 #include "cuda_importer.hpp"
 
 #include <cstdlib>
@@ -66,7 +67,7 @@ const char* register_hint(CUresult result, unsigned flags) {
 CudaImporter::CudaImporter(std::unique_ptr<Driver> driver, DeviceFacts facts,
                            CUcontext engine_context, Availability availability)
     : driver_(std::move(driver)), facts_(std::move(facts)), engine_context_(engine_context),
-      availability_(std::move(availability)), page_(host_page_size()) {}
+      availability_(std::move(availability)), page_(host_page_size()), method_(facts_.method) {}
 
 CudaImporter::~CudaImporter() {
     if (!driver_) return;
@@ -77,7 +78,8 @@ CudaImporter::~CudaImporter() {
 void CudaImporter::release_leftovers() noexcept {
     if (registrations_.empty() && copies_.empty()) return;
     const std::size_t registered = registrations_.size(), copied = copies_.size();
-    for (const auto& [host, registration] : registrations_) (void)unregister(host, registration);
+    for (const auto& [host, registration] : registrations_)
+        if (registration.kind != Kind::direct) (void)unregister(host, registration);
     registrations_.clear();
     for (const auto& [device_pointer, size] : copies_) {
         if (Result<CUcontext> ctx = context(); ctx) {
@@ -98,16 +100,22 @@ void CudaImporter::release_leftovers() noexcept {
 
 ImporterCaps CudaImporter::caps() const {
     ImporterCaps caps;
+    const CudaImportMethod method = method_.load();
     // The Driver API requires READ_ONLY to register pages the CPU maps read-only, except where
-    // the device reads through the host's page tables; without either, HSA's rule applies.
-    caps.needs_writable_mapping =
-        driver_ != nullptr && !facts_.read_only_register && !facts_.host_page_tables;
+    // the device reads through the host's page tables; without either, HSA's rule applies. A
+    // direct import registers nothing, so it takes whatever the mapping is.
+    caps.needs_writable_mapping = driver_ != nullptr &&
+                                  method == CudaImportMethod::register_host &&
+                                  !facts_.read_only_register && !facts_.host_page_tables;
     caps.alignment = page_; // CUDA 4.x required page alignment; later docs say nothing
     caps.max_import_size = 0;
     caps.is_cpu = false;
     caps.survives_read_only_reprotect = false; // not documented either way
     caps.device_memory = facts_.memory;
-    caps.device_memory_note = facts_.memory_note;
+    caps.device_memory_note =
+        driver_ == nullptr ? facts_.memory_note
+                           : fmt::format("{}; import method {}", facts_.memory_note,
+                                         to_string(method));
     return caps;
 }
 
@@ -150,10 +158,11 @@ Status CudaImporter::check_range(const char* what, void* host, std::uint64_t siz
 }
 
 Status CudaImporter::register_range(void* host, std::uint64_t size, unsigned flags, Kind kind,
-                                    CUdeviceptr* device_pointer) {
+                                    CUdeviceptr* device_pointer, CUresult* refusal) {
     WM_CUDA_ENTER(current)
     const Api& api = driver_->api();
     const CUresult registered = api.mem_host_register(host, size, flags);
+    if (refusal != nullptr) *refusal = registered;
     if (registered != CUDA_SUCCESS)
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemHostRegister({}, {:#x}, {}) failed on '{}': {}{}",
@@ -195,19 +204,77 @@ Result<ImportedBuffer> CudaImporter::import(void* host_address, std::uint64_t si
         return make_error(ErrorKind::unsupported,
                           fmt::format("cuda importer not available: {}", availability_.reason));
     if (Status ok = check_range("cuda import", host_address, size); !ok) return ok.error();
+    if (method_.load() == CudaImportMethod::direct) return import_direct(host_address, size);
+    return import_registered(host_address, size);
+}
+
+Result<ImportedBuffer> CudaImporter::import_registered(void* host, std::uint64_t size) {
     const unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP |
                            (facts_.read_only_register ? CU_MEMHOSTREGISTER_READ_ONLY : 0u);
     CUdeviceptr device_pointer = 0;
-    if (Status registered =
-            register_range(host_address, size, flags, Kind::import, &device_pointer);
-        !registered)
-        return registered.error();
+    CUresult refusal = CUDA_SUCCESS;
+    Status registered = register_range(host, size, flags, Kind::import, &device_pointer, &refusal);
+    // GB10 and older Jetsons answer 801 (ds4#158, pycuda#229): a device that reads pageable
+    // memory itself needs no registration, and copying everything instead would double it.
+    if (!registered && refusal == CUDA_ERROR_NOT_SUPPORTED && facts_.pageable_access) {
+        switch_to_direct(registered.error().message);
+        return import_direct(host, size);
+    }
+    if (!registered) return registered.error();
     ImportedBuffer buffer;
-    buffer.host_address = host_address;
+    buffer.host_address = host;
     buffer.size = size;
     buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device_pointer));
     buffer.imported = true;
     return buffer;
+}
+
+// The device reads these pages through the host's page tables: the host pointer is the device's
+// pointer, and nothing is registered, pinned or copied.
+Result<ImportedBuffer> CudaImporter::import_direct(void* host, std::uint64_t size) {
+    const auto address = reinterpret_cast<std::uintptr_t>(host);
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto it = registrations_.lower_bound(address);
+    const bool overlaps = (it != registrations_.end() && it->first < address + size) ||
+                          (it != registrations_.begin() &&
+                           std::prev(it)->first + std::prev(it)->second.size > address);
+    if (overlaps)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("cuda import: {} +{:#x} overlaps a live import or pin of "
+                                      "this importer", host, size));
+    registrations_[address] = {size, static_cast<CUdeviceptr>(address), Kind::direct};
+    ImportedBuffer buffer;
+    buffer.host_address = host;
+    buffer.size = size;
+    buffer.device_address = host;
+    buffer.imported = true;
+    return buffer;
+}
+
+void CudaImporter::switch_to_direct(const std::string& refusal) {
+    CudaImportMethod expected = CudaImportMethod::register_host;
+    if (!method_.compare_exchange_strong(expected, CudaImportMethod::direct)) return;
+    (void)internal::status_nothrow([&]() -> Status {
+        log_message({}, LogLevel::warning,
+                    fmt::format("cuda: {}; '{}' reads pageable memory "
+                                "(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS 1), so this and "
+                                "every later import uses the mapping directly",
+                                refusal, facts_.name));
+        return {};
+    });
+}
+
+CudaImporterState CudaImporter::state() const {
+    CudaImporterState state;
+    state.method = availability_.available ? method_.load() : CudaImportMethod::unavailable;
+    state.pageable_access = facts_.pageable_access;
+    state.method_note = availability_.available ? facts_.method_note : availability_.reason;
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (const auto& [host, registration] : registrations_) {
+        state.registrations += registration.kind == Kind::import ? 1 : 0;
+        state.direct_imports += registration.kind == Kind::direct ? 1 : 0;
+    }
+    return state;
 }
 
 Status CudaImporter::release(const ImportedBuffer& buffer) noexcept {
@@ -220,7 +287,7 @@ Status CudaImporter::release(const ImportedBuffer& buffer) noexcept {
         {
             std::lock_guard<std::mutex> guard(mutex_);
             auto it = registrations_.find(host);
-            if (it == registrations_.end() || it->second.kind != Kind::import ||
+            if (it == registrations_.end() || it->second.kind == Kind::pin ||
                 it->second.size != buffer.size ||
                 it->second.device_pointer != reinterpret_cast<std::uintptr_t>(buffer.device_address))
                 return make_error(ErrorKind::invalid_argument,
@@ -231,13 +298,14 @@ Status CudaImporter::release(const ImportedBuffer& buffer) noexcept {
             registration = it->second;
             registrations_.erase(it);
         }
+        if (registration.kind == Kind::direct) return {}; // nothing was registered
         return unregister(host, registration);
     });
 }
 
 // The device pointer of [offset, offset + size) of one of this importer's imports or copies.
 Result<CUdeviceptr> CudaImporter::device_range(const ImportedBuffer& buffer, std::uint64_t offset,
-                                               std::uint64_t size) {
+                                               std::uint64_t size, bool* direct) {
     const auto device = static_cast<CUdeviceptr>(
         reinterpret_cast<std::uintptr_t>(buffer.device_address));
     bool known = false;
@@ -245,7 +313,8 @@ Result<CUdeviceptr> CudaImporter::device_range(const ImportedBuffer& buffer, std
         std::lock_guard<std::mutex> guard(mutex_);
         if (buffer.imported) {
             auto it = registrations_.find(reinterpret_cast<std::uintptr_t>(buffer.host_address));
-            known = it != registrations_.end() && it->second.kind == Kind::import &&
+            *direct = it != registrations_.end() && it->second.kind == Kind::direct;
+            known = it != registrations_.end() && it->second.kind != Kind::pin &&
                     it->second.device_pointer == device && it->second.size == buffer.size;
         } else {
             auto it = copies_.find(device);
@@ -269,15 +338,42 @@ Status CudaImporter::read_back(const ImportedBuffer& buffer, std::uint64_t offse
                                std::uint64_t size, void* dst) {
     if (!driver_)
         return make_error(ErrorKind::unsupported, "cuda read_back: the driver did not load");
-    Result<CUdeviceptr> source = device_range(buffer, offset, size);
+    bool direct = false;
+    Result<CUdeviceptr> source = device_range(buffer, offset, size, &direct);
     if (!source) return std::move(source).error();
     if (size == 0) return {};
+    if (direct) return read_through_device(source.value(), size, dst);
     WM_CUDA_ENTER(current)
     const CUresult result = driver_->api().memcpy_dtoh(dst, source.value(), size);
     if (result != CUDA_SUCCESS)
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemcpyDtoH({:#x}, {} bytes) failed: {}", source.value(),
                                       size, describe(result)));
+    return {};
+}
+
+// A direct import's bytes as the device reads them: the device copies them from the host
+// pointer into memory of its own (cuMemcpyDtoD), and that comes back to the host. Reading the
+// host pointer with cuMemcpyDtoH alone might be served by the CPU.
+Status CudaImporter::read_through_device(CUdeviceptr source, std::uint64_t size, void* dst) {
+    WM_CUDA_ENTER(current)
+    const Api& api = driver_->api();
+    CUdeviceptr staging = 0;
+    if (const CUresult allocated = api.mem_alloc(&staging, size); allocated != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("cuMemAlloc({} bytes) for a read-back failed on '{}': {}",
+                                      size, facts_.name, describe(allocated)));
+    CUresult result = api.memcpy_dtod(staging, source, size);
+    const char* step = "cuMemcpyDtoD";
+    if (result == CUDA_SUCCESS) {
+        result = api.memcpy_dtoh(dst, staging, size);
+        step = "cuMemcpyDtoH";
+    }
+    api.mem_free(staging);
+    if (result != CUDA_SUCCESS)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("{} of a direct import ({:#x}, {} bytes) failed on '{}': {}",
+                                      step, source, size, facts_.name, describe(result)));
     return {};
 }
 
@@ -375,3 +471,16 @@ Status CudaImporter::unpin(void* host) noexcept {
 #undef WM_CUDA_ENTER
 
 } // namespace wm::cuda
+
+namespace wm {
+
+Result<CudaImporterState> cuda_importer_state(const Importer& cuda_importer) {
+    const auto* importer = dynamic_cast<const cuda::CudaImporter*>(&cuda_importer);
+    if (importer == nullptr)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("cuda_importer_state: importer '{}' was not made by "
+                                      "make_cuda_importer", cuda_importer.name()));
+    return importer->state();
+}
+
+} // namespace wm

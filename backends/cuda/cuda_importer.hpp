@@ -3,6 +3,7 @@
 // cuda_pin.cpp (cuda_pin_fallbacks) uses its pin()/unpin().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "cuda_driver.hpp"
+#include "weightmap/backends/cuda.hpp"
 #include "weightmap/importer.hpp"
 
 namespace wm::cuda {
@@ -19,12 +21,15 @@ struct DeviceFacts {
     CUdevice device = 0;
     std::string name;                  ///< cuDeviceGetName, e.g. "NVIDIA GB10"
     bool integrated = false;           ///< CU_DEVICE_ATTRIBUTE_INTEGRATED
+    bool pageable_access = false;      ///< ..._PAGEABLE_MEMORY_ACCESS
     bool host_page_tables = false;     ///< ..._PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
     bool read_only_register = false;   ///< ..._READ_ONLY_HOST_REGISTER_SUPPORTED
     bool host_register = false;        ///< ..._HOST_REGISTER_SUPPORTED
     bool can_map_host = false;         ///< ..._CAN_MAP_HOST_MEMORY
     DeviceMemory memory = DeviceMemory::unknown;
     std::string memory_note;
+    CudaImportMethod method = CudaImportMethod::unavailable; ///< from the attributes above
+    std::string method_note;
 };
 
 class CudaImporter final : public Importer {
@@ -53,22 +58,29 @@ public:
     Status unpin(void* host) noexcept;
     /// Why pin() cannot work here; empty when it can.
     std::string pin_unavailable_reason() const;
+    CudaImporterState state() const;
 
 private:
-    enum class Kind { import, pin };
+    // import: registered and mapped; direct: the host pointer, nothing registered; pin:
+    // registered for DMA, not an import.
+    enum class Kind { import, direct, pin };
     struct Registration {
         std::uint64_t size = 0;
-        CUdeviceptr device_pointer = 0; // 0 for a pin
+        CUdeviceptr device_pointer = 0; // 0 for a pin; the host address for a direct import
         Kind kind = Kind::import;
     };
 
     Result<CUcontext> context();
     Status check_range(const char* what, void* host, std::uint64_t size) const;
     Status register_range(void* host, std::uint64_t size, unsigned flags, Kind kind,
-                          CUdeviceptr* device_pointer);
+                          CUdeviceptr* device_pointer, CUresult* refusal = nullptr);
+    Result<ImportedBuffer> import_registered(void* host, std::uint64_t size);
+    Result<ImportedBuffer> import_direct(void* host, std::uint64_t size);
+    void switch_to_direct(const std::string& refusal);
+    Status read_through_device(CUdeviceptr source, std::uint64_t size, void* dst);
     Status unregister(std::uintptr_t host, const Registration& registration) noexcept;
     Result<CUdeviceptr> device_range(const ImportedBuffer& buffer, std::uint64_t offset,
-                                     std::uint64_t size);
+                                     std::uint64_t size, bool* direct);
     void release_leftovers() noexcept;
     std::string describe(CUresult result) const { return driver_->describe(result); }
 
@@ -77,10 +89,11 @@ private:
     const CUcontext engine_context_;
     const Availability availability_;
     const std::uint64_t page_;
+    std::atomic<CudaImportMethod> method_; // register_host until the driver refuses it (801)
 
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     CUcontext primary_ = nullptr; // retained on first use when there is no engine context
-    std::map<std::uintptr_t, Registration> registrations_; // by host address
+    std::map<std::uintptr_t, Registration> registrations_; // imports and pins, by host address
     std::map<CUdeviceptr, std::uint64_t> copies_;          // allocate_copy's, by device pointer
 };
 

@@ -13,6 +13,10 @@ Error built_without_cuda() {
 
 } // namespace
 
+Result<CudaImporterState> cuda_importer_state(const Importer&) {
+    return built_without_cuda();
+}
+
 Result<std::unique_ptr<Importer>> make_cuda_importer(const CudaImporterParams&) {
     return built_without_cuda();
 }

@@ -96,45 +96,65 @@ Subject hsa_subject() {
     return s;
 }
 
-Subject cuda_subject() {
-    Subject s;
-    s.name = "cuda-fake";
-    s.importer_name = "cuda";
-    s.has_read_back = true;  // cuMemcpyDtoH from the device pointer
-    s.has_copies = true;     // cuMemAlloc + cuMemcpyHtoD
-    s.device_address_is_host = false; // the fake's device pointers are host + 2^57
 #ifdef WM_CONFORMANCE_FAKE_CUDA
-    s.make = [] {
+using CudaModel = wm::test::FakeCuda::Model;
+
+template <CudaModel model>
+void fresh_fake_cuda() {
+    wm::test::FakeCuda::fresh().set_device_model(0, model);
+}
+#endif
+
+// The CUDA importer on one device model of the fake driver (docs/cuda.md's table). A direct
+// import calls no driver entry, so its subject counts live imports through the importer's state.
+template <int model>
+Subject cuda_subject(const char* name, bool direct) {
+    Subject s;
+    s.name = name;
+    s.importer_name = "cuda";
+    s.has_read_back = true;  // cuMemcpyDtoH from the device pointer (direct: through DtoD)
+    s.has_copies = true;     // cuMemAlloc + cuMemcpyHtoD
+    // the fake's device pointers are host + 2^57; a direct import's is the host pointer
+    s.device_address_is_host = direct;
+    if (model == 2) s.expect_memory = DeviceMemory::discrete; // the H200 on PCIe
+#ifdef WM_CONFORMANCE_FAKE_CUDA
+    s.make = [direct] {
         static std::weak_ptr<void> alive; // the fake's cuInit is process-wide too
-        std::shared_ptr<void> token = baseline(alive, [] { wm::test::FakeCuda::fresh(); });
-        CudaImporterParams params; // device 0 of the fake: integrated, read-only registration
+        std::shared_ptr<void> token =
+            baseline(alive, &fresh_fake_cuda<static_cast<CudaModel>(model)>);
+        CudaImporterParams params;
         params.library_path = WEIGHTMAP_FAKE_CUDA_PATH;
+        params.allow_discrete = true; // the H200 imports too: the plan is not under test here
         Result<std::unique_ptr<Importer>> made = make_cuda_importer(params);
         if (!made) throw std::runtime_error("make_cuda_importer: " + made.error().message);
         Instance instance;
         instance.keep_alive = token;
         instance.importer = std::move(made).value();
-        instance.observe = [] {
+        const Importer* importer = instance.importer.get();
+        instance.observe = [importer, direct] {
             static const wm::test::FakeCuda fake; // FakeCuda::fresh() would reset the counters
             Observation o;
-            o.made = fake.calls("cuMemHostRegister_v2");
-            o.destroyed = fake.calls("cuMemHostUnregister");
-            o.driver_calls = *o.made + *o.destroyed + fake.calls("cuMemAlloc_v2") +
-                             fake.calls("cuMemFree_v2") + fake.calls("cuMemcpyDtoH_v2");
-            o.live = fake.live_registrations() + fake.live_allocations();
+            if (!direct) {
+                o.made = fake.calls("cuMemHostRegister_v2");
+                o.destroyed = fake.calls("cuMemHostUnregister");
+                o.driver_calls = *o.made + *o.destroyed + fake.calls("cuMemAlloc_v2") +
+                                 fake.calls("cuMemFree_v2") + fake.calls("cuMemcpyDtoH_v2");
+            }
+            auto state = cuda_importer_state(*importer);
+            o.live = fake.live_registrations() + fake.live_allocations() +
+                     static_cast<std::int64_t>(state ? state->direct_imports : 0);
             return o;
         };
         return instance;
     };
 #else
+    (void)direct;
     s.skip_reason = [] { return std::string("the CUDA importer is not built (-Dcuda=disabled)"); };
     s.make = [] { return Instance{}; };
 #endif
     return s;
 }
 
-// FakeImporter subjects: `fake` with the default caps (alignment 1), `fake-device` with a
-// device importer's page alignment, enforced.
 Subject fake_subject(const std::string& name, bool device) {
     Subject s;
     s.name = name;
@@ -164,7 +184,12 @@ Subject fake_subject(const std::string& name, bool device) {
 } // namespace
 
 const std::vector<Subject>& subjects() {
-    static const std::vector<Subject> all = {cpu_subject(), hsa_subject(), cuda_subject(),
+    // CUDA device models: 0 orin (registers), 1 gh200 and 3 gb10 (direct), 2 h200 (registers).
+    static const std::vector<Subject> all = {cpu_subject(), hsa_subject(),
+                                             cuda_subject<0>("cuda-fake", false),
+                                             cuda_subject<1>("cuda-fake-gh200", true),
+                                             cuda_subject<3>("cuda-fake-gb10", true),
+                                             cuda_subject<2>("cuda-fake-h200", false),
                                              fake_subject("fake", false),
                                              fake_subject("fake-device", true)};
     return all;

@@ -50,6 +50,7 @@ public:
         bind(live_allocated_bytes_, "fake_cuda_live_allocated_bytes");
         bind(htod_bytes_, "fake_cuda_htod_bytes");
         bind(dtoh_bytes_, "fake_cuda_dtoh_bytes");
+        bind(dtod_bytes_, "fake_cuda_dtod_bytes");
         bind(primary_ctx_refcount_, "fake_cuda_primary_ctx_refcount");
         bind(context_depth_, "fake_cuda_context_depth");
         bind(misuse_count_, "fake_cuda_misuse_count");
@@ -63,10 +64,21 @@ public:
     FakeCuda(const FakeCuda&) = delete;
     FakeCuda& operator=(const FakeCuda&) = delete;
 
-    /// What a device is: its name and attributes (fake_cuda_driver.cpp's models).
-    enum class Model { integrated = 0, coherent = 1, discrete = 2 };
+    /// What a device is: its name, attributes and registration answer (fake_cuda_driver.cpp's
+    /// models, docs/cuda.md's table). The first three keep their older names as aliases.
+    enum class Model {
+        orin = 0,     ///< Jetson AGX Orin: integrated, registers (READ_ONLY)
+        gh200 = 1,    ///< hardware coherent: direct
+        h200 = 2,     ///< PCIe: discrete, registers (READ_ONLY)
+        gb10 = 3,     ///< integrated, coherent (direct); registration refused 801
+        b300 = 4,     ///< discrete, registers, no READ_ONLY
+        tegra_x1 = 5, ///< Jetson Nano: no registration, no pageable access
+        integrated = orin,
+        coherent = gh200,
+        discrete = h200,
+    };
 
-    /// One device, model integrated, cuInit succeeds, version 12040, no injected failure, no
+    /// One device, model orin, cuInit succeeds, version 12040, no injected failure, no
     /// overrides, counters zeroed, cuInit forgotten. Live state and misuse are kept.
     void reset() { reset_(); }
     void set_init_result(cuda::CUresult result) { set_init_result_(result); }
@@ -102,6 +114,7 @@ public:
     std::uint64_t live_allocated_bytes() const { return live_allocated_bytes_(); }
     std::uint64_t htod_bytes() const { return htod_bytes_(); }
     std::uint64_t dtoh_bytes() const { return dtoh_bytes_(); }
+    std::uint64_t dtod_bytes() const { return dtod_bytes_(); }
     long primary_ctx_refcount(int device) const { return primary_ctx_refcount_(device); }
     /// Depth of the calling thread's context stack.
     int context_depth() const { return context_depth_(); }
@@ -147,6 +160,7 @@ private:
         bind(api_.mem_free, "cuMemFree_v2");
         bind(api_.memcpy_htod, "cuMemcpyHtoD_v2");
         bind(api_.memcpy_dtoh, "cuMemcpyDtoH_v2");
+        bind(api_.memcpy_dtod, "cuMemcpyDtoD_v2");
     }
     // A control call's -1 is the test's mistake (a bad device, attribute or entry name).
     static void check(bool ok, const std::string& what) {
@@ -171,6 +185,7 @@ private:
     std::uint64_t (*live_allocated_bytes_)() = nullptr;
     std::uint64_t (*htod_bytes_)() = nullptr;
     std::uint64_t (*dtoh_bytes_)() = nullptr;
+    std::uint64_t (*dtod_bytes_)() = nullptr;
     long (*primary_ctx_refcount_)(int) = nullptr;
     int (*context_depth_)() = nullptr;
     long (*misuse_count_)() = nullptr;

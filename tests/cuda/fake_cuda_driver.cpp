@@ -7,7 +7,10 @@
 //   * memory calls need a current, retained context, and use its device's attributes;
 //   * cuMemHostRegister refuses ranges that are unmapped, overlap a registration, or are mapped
 //     read-only without CU_MEMHOSTREGISTER_READ_ONLY (where the device needs it);
-//   * device pointers live in the fake's own address ranges, never equal to a host pointer;
+//   * device pointers live in the fake's own address ranges, never equal to a host pointer, except
+//     a plain host pointer, which only a device with PAGEABLE_MEMORY_ACCESS may dereference (any
+//     other device doing so is a misuse: real hardware would fault);
+//   * each device is one of the models docs/cuda.md tabulates, with its sources;
 //   * every registration, allocation and primary-context retain needs its undo: library unload
 //     reports what is live, and any misuse, and ends the process with status 1.
 // Where the reference names no error code for a refusal, the comment says which code the fake
@@ -60,12 +63,12 @@ constexpr unsigned register_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGI
                                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
 
 // Every exported entry point, by the name fake_cuda_fail_at and fake_cuda_calls take.
-constexpr std::array<std::string_view, 20> entry_names = {
+constexpr std::array<std::string_view, 21> entry_names = {
     "cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString", "cuDeviceGetCount",
     "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxGetDevice",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2",
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
 };
 
 // An entry's index, at compile time: entries pass their own __func__, so a name missing from
@@ -102,21 +105,41 @@ int attribute_index(CUdevice_attribute attribute) {
     return -1;
 }
 
-// What a device is (fake_cuda_set_device_model): its name and attributes.
+// What a device is (fake_cuda_set_device_model): its name, its attributes and what
+// cuMemHostRegister answers past its argument checks. docs/cuda.md has the table these come
+// from, a source per value; where nobody says, the value is the fake's assumption, marked "(a)".
+// Attribute order: INTEGRATED, CAN_MAP_HOST_MEMORY, UNIFIED_ADDRESSING, PAGEABLE_MEMORY_ACCESS,
+// CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, HOST_REGISTER_SUPPORTED,
+// PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, READ_ONLY_HOST_REGISTER_SUPPORTED.
 struct Model {
+    const char* key; // WEIGHTMAP_FAKE_CUDA_MODEL
     const char* name;
     Attributes values;
+    CUresult register_result;
 };
 constexpr Model models[] = {
-    // 0 integrated: shares the host's memory; pageable memory still needs registering
-    {"NVIDIA GB10", {1, 1, 1, 0, 1, 1, 0, 1}},
-    // 1 coherent: reads pageable memory through the host's page tables (ATS over NVLink-C2C)
-    {"NVIDIA GH200 480GB", {0, 1, 1, 1, 1, 1, 1, 1}},
-    // 2 discrete: a PCIe card
-    {"NVIDIA H200", {0, 1, 1, 0, 1, 1, 0, 1}},
+    // 0 Jetson AGX Orin: integrated, I/O coherent since Xavier (host registration works:
+    // open-mpi#9851, CUDA for Tegra); no ATS (llmfit#792); READ_ONLY 1 (a)
+    {"orin", "Orin", {1, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS},
+    // 1 GH200: hardware coherent, pageable memory through the host's page tables (programming
+    // guide, unified memory); registration only populates pages there (Driver API); READ_ONLY 1 (a)
+    {"gh200", "NVIDIA GH200 480GB", {0, 1, 1, 1, 1, 1, 1, 1}, CUDA_SUCCESS},
+    // 2 H200 on PCIe: discrete, registration works (vllm#51080, H200 NVL); no HMM (a: needs the
+    // open kernel modules and kernel >= 6.1.24); READ_ONLY 1 (a)
+    {"h200", "NVIDIA H200", {0, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS},
+    // 3 GB10 (DGX Spark): integrated (daqiri#43), USES_HOST_PAGE_TABLES 1 and kernels read a file
+    // mapping (sglang#37068); cuMemHostRegister refused 801 (ds4#158); HOST_REGISTER_SUPPORTED 1
+    // and READ_ONLY 0 (a)
+    {"gb10", "NVIDIA GB10", {1, 1, 1, 1, 1, 1, 1, 0}, CUDA_ERROR_NOT_SUPPORTED},
+    // 4 B300: HOST_REGISTER_SUPPORTED 1, USES_HOST_PAGE_TABLES 0, READ_ONLY 0; read-only mmap +
+    // READ_ONLY 801, without it INVALID_VALUE, writable mapping registers (vllm-omni#6240);
+    // PAGEABLE_MEMORY_ACCESS 0 (a)
+    {"b300", "NVIDIA B300", {0, 1, 1, 0, 1, 1, 0, 0}, CUDA_SUCCESS},
+    // 5 Jetson Nano / TX1: HOST_REGISTER_SUPPORTED 0 (open-mpi#9851), registration 801
+    // (CUDAdrv.jl#142; TX2: pycuda#229); no pageable access (a)
+    {"tegra-x1", "NVIDIA Tegra X1", {1, 1, 1, 0, 0, 0, 0, 0}, CUDA_ERROR_NOT_SUPPORTED},
 };
 constexpr int model_count = static_cast<int>(std::size(models));
-constexpr const char* model_keys[] = {"integrated", "coherent", "discrete"};
 
 struct Device {
     int model = 0;
@@ -154,7 +177,7 @@ struct State {
     // observation (fake_cuda_reset zeroes it)
     std::array<long, entry_names.size()> calls{};
     long last_register_flags = -1;
-    std::uint64_t htod_bytes = 0, dtoh_bytes = 0;
+    std::uint64_t htod_bytes = 0, dtoh_bytes = 0, dtod_bytes = 0;
     // the driver's own state; fake_cuda_reset only forgets cuInit
     bool initialized = false;
     std::array<CUctx_st, max_devices> contexts{};
@@ -166,10 +189,10 @@ struct State {
     State() {
         for (int d = 0; d < max_devices; ++d) contexts[static_cast<std::size_t>(d)].device = d;
         // A process the test cannot steer through fake_cuda_* (wm-load, run by a test) gets its
-        // device 0 from the environment: "integrated", "coherent" or "discrete".
+        // device 0 from the environment: a model's key ("gb10", "gh200", "h200", ...).
         const char* wanted = std::getenv("WEIGHTMAP_FAKE_CUDA_MODEL");
         for (int m = 0; wanted != nullptr && m < model_count; ++m)
-            if (std::strcmp(wanted, model_keys[m]) == 0) devices[0] = {m, models[m].values};
+            if (std::strcmp(wanted, models[m].key) == 0) devices[0] = {m, models[m].values};
     }
 };
 
@@ -267,10 +290,12 @@ const Registration* registration_containing(const State& s, std::uintptr_t host)
 }
 
 // The host bytes behind device range [pointer, pointer + n): inside one live allocation's
-// backing store or one DEVICEMAP registration's mapped range; bytes is null when it is neither.
+// backing store, one DEVICEMAP registration's mapped range, or - for a device with
+// PAGEABLE_MEMORY_ACCESS - plain host memory at that very address (a direct import).
 struct Target {
     std::byte* bytes = nullptr;
     const Registration* registration = nullptr;
+    bool pageable = false; // plain host memory, read through the host's page tables
 };
 
 Target device_range(const State& s, CUdeviceptr pointer, std::size_t n) {
@@ -284,7 +309,30 @@ Target device_range(const State& s, CUdeviceptr pointer, std::size_t n) {
             pointer + n <= base + r.size)
             return {reinterpret_cast<std::byte*>(r.host + (pointer - base)), &r};
     }
+    if (pointer < mapped_aperture && pointer + n <= mapped_aperture)
+        return {reinterpret_cast<std::byte*>(pointer), nullptr, true};
     return {};
+}
+
+// Whether the current device may touch `t` for `n` bytes (writing when `write`). Plain host
+// memory needs PAGEABLE_MEMORY_ACCESS: a device without it dereferencing a mapped host pointer is
+// a misuse (real hardware faults), an unmapped one just CUDA_ERROR_INVALID_VALUE.
+CUresult check_access(State& s, const Target& t, std::size_t n, bool write) {
+    if (t.bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const auto host = reinterpret_cast<std::uintptr_t>(t.bytes);
+    if (t.registration == nullptr && !t.pageable) return CUDA_SUCCESS; // an allocation
+    const Access access = range_access(host, host + n);
+    if (t.pageable && !access.readable) return CUDA_ERROR_INVALID_VALUE;
+    if (t.pageable &&
+        attribute(s, current_live()->device, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS) == 0)
+        return misuse(s, CUDA_ERROR_INVALID_VALUE,
+                      format("device %d (no PAGEABLE_MEMORY_ACCESS) dereferenced host pointer "
+                             "%p", current_live()->device, static_cast<void*>(t.bytes)));
+    if (!access.readable) return CUDA_ERROR_INVALID_VALUE;
+    const bool read_only = t.registration != nullptr &&
+                           (t.registration->flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
+    if (write && (read_only || !access.writable)) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
 }
 
 std::uint64_t allocated_on(const State& s, CUdevice device) {
@@ -561,6 +609,9 @@ CUresult check_register(const State& s, std::uintptr_t host, std::size_t size, u
     // The reference names no code for a device without HOST_REGISTER_SUPPORTED: the fake's choice.
     if (attribute(s, device, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED) == 0)
         return CUDA_ERROR_NOT_SUPPORTED;
+    // A model whose driver refuses registration whatever the attribute says (GB10: ds4#158).
+    const Model& model = models[s.devices[static_cast<std::size_t>(device)].model];
+    if (model.register_result != CUDA_SUCCESS) return model.register_result;
     // The reference: READ_ONLY on a device without READ_ONLY_HOST_REGISTER_SUPPORTED "will cause
     // cuMemHostRegister to error with CUDA_ERROR_NOT_SUPPORTED".
     const bool read_only = (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
@@ -684,41 +735,52 @@ CUresult cuMemFree_v2(CUdeviceptr device_pointer) {
                   format("cuMemFree of %#llx, not the base of an allocation", device_pointer));
 }
 
-// The device range must lie in one allocation or one DEVICEMAP registration, and the device may
-// not write a READ_ONLY registration (nor one whose pages the CPU maps read-only, which a
-// USES_HOST_PAGE_TABLES device registers without the flag). The reference names no code for
-// these: CUDA_ERROR_INVALID_VALUE is the fake's choice.
+// The device range must lie in one allocation, one DEVICEMAP registration or (a device with
+// PAGEABLE_MEMORY_ACCESS) readable host memory, and the device may not write a READ_ONLY
+// registration nor pages the CPU maps read-only. The reference names no code for these:
+// CUDA_ERROR_INVALID_VALUE is the fake's choice.
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t size) {
     State& s = state();
     Guard guard(s.mutex);
     const CUresult injected = count_call(s, entry(__func__));
     if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
     const Target t = device_range(s, dst, size);
-    if (src == nullptr || t.bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const auto host = reinterpret_cast<std::uintptr_t>(t.bytes);
-    if (t.registration != nullptr && ((t.registration->flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0 ||
-                                      !range_access(host, host + size).writable))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = check_access(s, t, size, true); r != CUDA_SUCCESS) return r;
     if (injected != CUDA_SUCCESS) return injected;
     if (size != 0) std::memcpy(t.bytes, src, size);
     s.htod_bytes += size;
     return CUDA_SUCCESS;
 }
 
-// From a registration it reads the registered host bytes: what the device sees there.
+// From a registration or a direct host pointer it reads the host bytes: what the device sees.
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t size) {
     State& s = state();
     Guard guard(s.mutex);
     const CUresult injected = count_call(s, entry(__func__));
     if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
     const Target t = device_range(s, src, size);
-    if (dst == nullptr || t.bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const auto host = reinterpret_cast<std::uintptr_t>(t.bytes);
-    if (t.registration != nullptr && !range_access(host, host + size).readable)
-        return CUDA_ERROR_INVALID_VALUE;
+    if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = check_access(s, t, size, false); r != CUDA_SUCCESS) return r;
     if (injected != CUDA_SUCCESS) return injected;
     if (size != 0) std::memcpy(dst, t.bytes, size);
     s.dtoh_bytes += size;
+    return CUDA_SUCCESS;
+}
+
+// Device to device, each side under the rules of the two above: how the importer reads a direct
+// import through the device, and how device-cuda.sh measures read bandwidth.
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t size) {
+    State& s = state();
+    Guard guard(s.mutex);
+    const CUresult injected = count_call(s, entry(__func__));
+    if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
+    const Target to = device_range(s, dst, size), from = device_range(s, src, size);
+    if (CUresult r = check_access(s, from, size, false); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_access(s, to, size, true); r != CUDA_SUCCESS) return r;
+    if (injected != CUDA_SUCCESS) return injected;
+    if (size != 0) std::memmove(to.bytes, from.bytes, size);
+    s.dtod_bytes += size;
     return CUDA_SUCCESS;
 }
 
@@ -747,12 +809,13 @@ static_assert(std::is_same_v<decltype(&cuMemAlloc_v2), PFN_cuMemAlloc>);
 static_assert(std::is_same_v<decltype(&cuMemFree_v2), PFN_cuMemFree>);
 static_assert(std::is_same_v<decltype(&cuMemcpyHtoD_v2), PFN_cuMemcpyHtoD>);
 static_assert(std::is_same_v<decltype(&cuMemcpyDtoH_v2), PFN_cuMemcpyDtoH>);
+static_assert(std::is_same_v<decltype(&cuMemcpyDtoD_v2), PFN_cuMemcpyDtoD>);
 
 // --- control, for tests -----------------------------------------------------------------------
 
 extern "C" {
 
-/// Restores the default configuration (one device of model 0 "integrated" without overrides,
+/// Restores the default configuration (one device of model 0 "orin" without overrides,
 /// cuInit succeeds, driver version 12040, no injected failure), forgets cuInit, and zeroes the
 /// counters. Live registrations, allocations, retains and misuse are kept: they are a test's
 /// leak. The context stacks are the threads' own; fake_cuda_context_depth shows this one's.
@@ -766,7 +829,7 @@ void fake_cuda_reset() {
     s.injections.fill(Injection{});
     s.calls.fill(0);
     s.last_register_flags = -1;
-    s.htod_bytes = s.dtoh_bytes = 0;
+    s.htod_bytes = s.dtoh_bytes = s.dtod_bytes = 0;
     s.initialized = false;
 }
 
@@ -790,8 +853,9 @@ int fake_cuda_set_device_count(int count) {
     return 0;
 }
 
-/// Device `device` (0 to 7) becomes `model` (0 integrated, 1 coherent, 2 discrete): its name
-/// and attributes, dropping its overrides. -1 (and no change) for a bad device or model.
+/// Device `device` (0 to 7) becomes `model` (an index of models[]: 0 orin, 1 gh200, 2 h200,
+/// 3 gb10, 4 b300, 5 tegra-x1): its name, attributes and registration answer, dropping its
+/// overrides. -1 (and no change) for a bad device or model.
 int fake_cuda_set_device_model(int device, int model) {
     Guard guard(state().mutex);
     if (device < 0 || device >= max_devices || model < 0 || model >= model_count) return -1;
@@ -882,6 +946,12 @@ std::uint64_t fake_cuda_htod_bytes() {
 std::uint64_t fake_cuda_dtoh_bytes() {
     Guard guard(state().mutex);
     return state().dtoh_bytes;
+}
+
+/// Bytes copied by successful cuMemcpyDtoD_v2 calls since reset.
+std::uint64_t fake_cuda_dtod_bytes() {
+    Guard guard(state().mutex);
+    return state().dtod_bytes;
 }
 
 /// Retains of device `device`'s primary context not yet released; -1 for a bad device.

@@ -227,3 +227,51 @@ TEST_CASE("a refused pin stays a pageable copy; unusable calls fail before any p
     CHECK(unloaded.error().kind == ErrorKind::unsupported);
     CHECK(fake.calls("cuMemHostRegister_v2") == calls);
 }
+
+TEST_CASE("every device model places the plan by its method and reads back as its device sees it",
+          "[cuda][executor]") {
+    struct Case {
+        FakeCuda::Model model;
+        CudaImportMethod method;
+        std::uint64_t registrations; // live while the placement holds its imports
+    };
+    // Under ImportPolicy::always with the opt-in, so the discrete cards import too. The mapping
+    // is read-only: the B300 (no READ_ONLY) refuses it, and its runs fall back alone.
+    const Case cases[] = {
+        {FakeCuda::Model::orin, CudaImportMethod::register_host, 2},
+        {FakeCuda::Model::gh200, CudaImportMethod::direct, 0},
+        {FakeCuda::Model::gb10, CudaImportMethod::direct, 0},
+        {FakeCuda::Model::h200, CudaImportMethod::register_host, 2},
+        {FakeCuda::Model::b300, CudaImportMethod::register_host, 0},
+    };
+    for (const Case& c : cases) {
+        FakeCuda& fake = FakeCuda::fresh();
+        fake.set_device_model(0, c.model);
+        CudaImporterParams params;
+        params.allow_discrete = true;
+        {
+            Executed e(params, ImportPolicy::always);
+            auto state = cuda_importer_state(*e.cuda);
+            REQUIRE(state.ok());
+            INFO(e.cuda->caps().device_memory_note);
+            CHECK(state->method == c.method);
+            CHECK(state->registrations == c.registrations);
+            CHECK(fake.live_registrations() == static_cast<long>(c.registrations));
+            const bool imports = c.model != FakeCuda::Model::b300;
+            for (std::uint32_t i : {0u, 3u}) {
+                const TensorDesc& t = e.m.model.tensors[i];
+                const TensorLocation where = e.placement.locate(i);
+                CHECK(where.imported == imports);
+                if (!where.imported) continue;
+                std::vector<std::uint8_t> bytes(t.size);
+                REQUIRE(e.cuda->read_back(*where.buffer, where.offset_in_buffer, t.size,
+                                          bytes.data())
+                            .ok());
+                CHECK(wm::test::equals_file_bytes(bytes, t.offset));
+            }
+        }
+        CHECK(fake.live_registrations() == 0);
+        CHECK(fake.live_allocations() == 0);
+        CHECK(fake.misuse_count() == 0);
+    }
+}

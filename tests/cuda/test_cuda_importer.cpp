@@ -51,7 +51,8 @@ TEST_CASE("an integrated device is available, unified, and imports without a wri
         CHECK(caps.max_import_size == 0);
         CHECK_FALSE(caps.is_cpu);
         CHECK(caps.device_memory == DeviceMemory::unified);
-        CHECK(caps.device_memory_note == "NVIDIA GB10: CU_DEVICE_ATTRIBUTE_INTEGRATED 1");
+        CHECK(caps.device_memory_note ==
+              "Orin: CU_DEVICE_ATTRIBUTE_INTEGRATED 1; import method register");
         // Asking costs no context: the primary context is retained on the first import.
         CHECK(fake.primary_ctx_refcount(0) == 0);
         MappedPatternFile f(4);
@@ -72,7 +73,8 @@ TEST_CASE("device memory comes from INTEGRATED and PAGEABLE_MEMORY_ACCESS_USES_H
     CHECK(coherent.device_memory == DeviceMemory::unified);
     CHECK_THAT(coherent.device_memory_note,
                Catch::StartsWith("NVIDIA GH200 480GB: CU_DEVICE_ATTRIBUTE_INTEGRATED 0") &&
-                   Catch::EndsWith("PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1"));
+                   Catch::EndsWith("PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1; import "
+                                   "method direct"));
 
     fake.set_device_model(0, Model::discrete);
     auto refused = fake_cuda_importer();
@@ -280,7 +282,7 @@ TEST_CASE("a refused registration, device pointer or context leaves nothing regi
     auto no_context = cuda->import(f.page(0), page);
     REQUIRE_FALSE(no_context.ok());
     CHECK_THAT(no_context.error().message,
-               Catch::Contains("cuDevicePrimaryCtxRetain(device 0 'NVIDIA GB10') failed") &&
+               Catch::Contains("cuDevicePrimaryCtxRetain(device 0 'Orin') failed") &&
                    Catch::Contains("CUDA_ERROR_OUT_OF_MEMORY"));
 
     fake.fail_at("cuMemHostRegister_v2", 1, CUDA_ERROR_OUT_OF_MEMORY);
@@ -288,7 +290,7 @@ TEST_CASE("a refused registration, device pointer or context leaves nothing regi
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().kind == ErrorKind::import_failed);
     CHECK_THAT(refused.error().message,
-               Catch::Contains("DEVICEMAP|READ_ONLY) failed on 'NVIDIA GB10'") &&
+               Catch::Contains("DEVICEMAP|READ_ONLY) failed on 'Orin'") &&
                    Catch::Contains("CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"));
 
     fake.fail_at("cuMemHostGetDevicePointer_v2", 1, CUDA_ERROR_INVALID_VALUE);

@@ -70,3 +70,28 @@ TEST_CASE("a discrete device does not import, so it never asks for a writable ma
     std::vector<std::string> paths{a.path()};
     CHECK(decide_mapping(paths, {}, ImportPolicy::always).access == MappingAccess::writable);
 }
+
+TEST_CASE("each device model's method decides the mapping", "[mapping][cuda]") {
+    struct Case {
+        FakeCuda::Model model;
+        MappingAccess access; // under ImportPolicy::always, the discrete cards opted in
+    };
+    // Direct (GH200, GB10) registers nothing and READ_ONLY registration (Orin, H200) keeps the
+    // pages read-only; only the B300 (no READ_ONLY, vllm-omni#6240) needs them writable.
+    const Case cases[] = {{FakeCuda::Model::orin, MappingAccess::read_only},
+                          {FakeCuda::Model::gh200, MappingAccess::read_only},
+                          {FakeCuda::Model::gb10, MappingAccess::read_only},
+                          {FakeCuda::Model::h200, MappingAccess::read_only},
+                          {FakeCuda::Model::b300, MappingAccess::writable}};
+    for (const Case& c : cases) {
+        FakeDriverForTheRegistry driver; // unsets the opt-in again
+        setenv("WEIGHTMAP_CUDA_ALLOW_DISCRETE", "1", 1);
+        driver.fake.set_device_model(0, c.model);
+        wm::test::TempFile a(4096);
+        std::vector<std::string> paths{a.path()};
+        INFO("model " << static_cast<int>(c.model));
+        const MappingDecision d = decide_mapping(paths, {}, ImportPolicy::always);
+        INFO(d.reason);
+        CHECK(d.access == c.access);
+    }
+}

@@ -246,22 +246,24 @@ TEST_CASE("devices are the ordinals below the configured count", "[cuda]") {
 TEST_CASE("each device model has its name and attributes", "[cuda]") {
     FakeCuda& fake = initialised();
     const Api& cu = fake.api();
-    fake.set_device_count(3);
-    fake.set_device_model(1, Model::coherent);
-    fake.set_device_model(2, Model::discrete);
-    const char* const names[] = {"NVIDIA GB10", "NVIDIA GH200 480GB", "NVIDIA H200"};
+    fake.set_device_count(6);
+    const Model models[] = {Model::orin, Model::gh200, Model::h200,
+                            Model::gb10, Model::b300, Model::tegra_x1};
+    for (int d = 0; d < 6; ++d) fake.set_device_model(d, models[d]);
+    const char* const names[] = {"Orin",        "NVIDIA GH200 480GB", "NVIDIA H200",
+                                 "NVIDIA GB10", "NVIDIA B300",        "NVIDIA Tegra X1"};
     // INTEGRATED, CAN_MAP_HOST_MEMORY, UNIFIED_ADDRESSING, PAGEABLE_MEMORY_ACCESS,
     // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, HOST_REGISTER_SUPPORTED,
     // PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, READ_ONLY_HOST_REGISTER_SUPPORTED
     const CUdevice_attribute attributes[] = {18, 19, 41, 88, 91, 99, 100, 113};
-    const int expected[3][8] = {
-        {1, 1, 1, 0, 1, 1, 0, 1},
-        {0, 1, 1, 1, 1, 1, 1, 1},
-        {0, 1, 1, 0, 1, 1, 0, 1},
+    const int expected[6][8] = {
+        {1, 1, 1, 0, 1, 1, 0, 1}, {0, 1, 1, 1, 1, 1, 1, 1}, {0, 1, 1, 0, 1, 1, 0, 1},
+        {1, 1, 1, 1, 1, 1, 1, 0}, {0, 1, 1, 0, 1, 1, 0, 0}, {1, 1, 1, 0, 0, 0, 0, 0},
     };
-    for (int d = 0; d < 3; ++d) {
+    for (int d = 0; d < 6; ++d) {
+        INFO("device " << d);
         char name[64] = {};
-        REQUIRE(cu.device_get_name(name, sizeof name, d) == CUDA_SUCCESS);
+        CHECK(cu.device_get_name(name, sizeof name, d) == CUDA_SUCCESS);
         CHECK(std::string(name) == names[d]);
         for (int a = 0; a < 8; ++a) {
             INFO("device " << d << " attribute " << attributes[a]);
@@ -270,9 +272,9 @@ TEST_CASE("each device model has its name and attributes", "[cuda]") {
             CHECK(value == expected[d][a]);
         }
     }
-    char short_name[6] = {};
+    char short_name[3] = {};
     CHECK(cu.device_get_name(short_name, sizeof short_name, 0) == CUDA_SUCCESS);
-    CHECK(std::string(short_name) == "NVIDI"); // truncated, NUL-terminated
+    CHECK(std::string(short_name) == "Or"); // truncated, NUL-terminated
     int value = 0;
     CHECK(cu.device_get_attribute(&value, 75, 0) == CUDA_ERROR_INVALID_VALUE); // not modelled
     check_nothing_live(fake);
@@ -453,6 +455,32 @@ TEST_CASE("read-only pages need CU_MEMHOSTREGISTER_READ_ONLY unless the device u
               CUDA_ERROR_NOT_SUPPORTED);
         CHECK(cu.mem_host_register(writable.at(0), page, CU_MEMHOSTREGISTER_READ_ONLY) ==
               CUDA_ERROR_NOT_SUPPORTED);
+    }
+    check_nothing_live(fake);
+}
+
+TEST_CASE("the models answer registration as their sources report", "[cuda]") {
+    FakeCuda& fake = initialised();
+    const Api& cu = fake.api();
+    Pages read_only(1, PROT_READ);
+    Pages writable(1);
+    fake.set_device_count(3);
+    fake.set_device_model(0, Model::gb10);
+    fake.set_device_model(1, Model::b300);
+    fake.set_device_model(2, Model::tegra_x1);
+    for (CUdevice refuses_all : {0, 2}) { // GB10 (ds4#158), Jetson Nano (CUDAdrv.jl#142)
+        CurrentContext context(fake, refuses_all);
+        CHECK(cu.mem_host_register(writable.at(0), page, CU_MEMHOSTREGISTER_DEVICEMAP) ==
+              CUDA_ERROR_NOT_SUPPORTED);
+    }
+    {
+        // B300 (vllm-omni#6240): read-only + READ_ONLY 801, without INVALID_VALUE, writable ok.
+        CurrentContext context(fake, 1);
+        CHECK(cu.mem_host_register(read_only.at(0), page, CU_MEMHOSTREGISTER_READ_ONLY) ==
+              CUDA_ERROR_NOT_SUPPORTED);
+        CHECK(cu.mem_host_register(read_only.at(0), page, 0) == CUDA_ERROR_INVALID_VALUE);
+        REQUIRE(cu.mem_host_register(writable.at(0), page, 0) == CUDA_SUCCESS);
+        CHECK(cu.mem_host_unregister(writable.at(0)) == CUDA_SUCCESS);
     }
     check_nothing_live(fake);
 }

@@ -89,12 +89,15 @@ TEST_CASE("wm-load --importer cuda imports on an integrated device and verifies 
     const json integrated = f.load({}, "cuda");
     CHECK(integrated["importer"] == "cuda");
     CHECK(integrated["device_memory"] == "unified");
-    CHECK(integrated["device_memory_note"] == "NVIDIA GB10: CU_DEVICE_ATTRIBUTE_INTEGRATED 1");
+    CHECK(integrated["device_memory_note"] ==
+          "Orin: CU_DEVICE_ATTRIBUTE_INTEGRATED 1; import method register");
     CHECK(integrated["imports"].get<int>() >= 1);
+    CHECK(integrated["cuda_method"] == "register");
+    CHECK(integrated["registrations"] == integrated["imports"]);
     CHECK(integrated["fallback_bytes"] == 0);
 
     // A discrete card is unavailable by default, and with the opt-in the plan still copies.
-    setenv("WEIGHTMAP_FAKE_CUDA_MODEL", "discrete", 1);
+    setenv("WEIGHTMAP_FAKE_CUDA_MODEL", "h200", 1);
     const auto refused = wm::test::run_process(
         {wm::test::tool_path("WM_LOAD"), "--importer", "cuda", f.model}, f.dir.path());
     CHECK(refused.status != 0);
@@ -105,6 +108,48 @@ TEST_CASE("wm-load --importer cuda imports on an integrated device and verifies 
     CHECK(discrete["imports"] == 0);
     CHECK(discrete["copied_bytes"] == discrete["device_bytes"]);
     unsetenv("WEIGHTMAP_CUDA_ALLOW_DISCRETE");
+    unsetenv("WEIGHTMAP_FAKE_CUDA_MODEL");
+    unsetenv("WEIGHTMAP_CUDA_LIBRARY");
+}
+
+TEST_CASE("wm-load --importer cuda loads with each device model's method") {
+    Fixture f;
+    setenv("WEIGHTMAP_CUDA_LIBRARY", WEIGHTMAP_FAKE_CUDA_PATH, 1);
+    for (const char* coherent : {"gh200", "gb10"}) { // direct: nothing registered, all in place
+        INFO(coherent);
+        setenv("WEIGHTMAP_FAKE_CUDA_MODEL", coherent, 1);
+        const json direct = f.load({}, "cuda");
+        CHECK(direct["cuda_method"] == "direct");
+        CHECK(direct["registrations"] == 0);
+        CHECK(direct["mapping"] == "read_only");
+        CHECK(direct["imported_bytes"] == direct["device_bytes"]);
+        CHECK(direct["copied_bytes"] == 0);
+        // The copy arm reads each tensor from the file, not out of the mapped pages.
+        const json copied = f.load({"--copy"}, "cuda");
+        CHECK(copied["copies_staged"] == true);
+        CHECK(copied["copied_bytes"] == copied["device_bytes"]);
+    }
+    // Discrete cards: unavailable by default, registered under --import-policy always; the B300
+    // has no READ_ONLY, so its mapping is writable (vllm-omni#6240).
+    for (const char* discrete : {"h200", "b300"}) {
+        INFO(discrete);
+        setenv("WEIGHTMAP_FAKE_CUDA_MODEL", discrete, 1);
+        const auto refused = wm::test::run_process(
+            {wm::test::tool_path("WM_LOAD"), "--importer", "cuda", f.model}, f.dir.path());
+        CHECK(refused.status == 1);
+        CHECK_THAT(refused.err, Catch::Contains("is a discrete GPU"));
+        const json always = f.load({"--import-policy", "always"}, "cuda");
+        CHECK(always["cuda_method"] == "register");
+        CHECK(always["registrations"] == always["imports"]);
+        CHECK(always["imported_bytes"] == always["device_bytes"]);
+        CHECK(always["copies_staged"] == false);
+        CHECK(always["mapping"] == (std::string(discrete) == "b300" ? "writable" : "read_only"));
+    }
+    setenv("WEIGHTMAP_FAKE_CUDA_MODEL", "tegra-x1", 1);
+    const auto nano = wm::test::run_process(
+        {wm::test::tool_path("WM_LOAD"), "--importer", "cuda", f.model}, f.dir.path());
+    CHECK(nano.status == 1);
+    CHECK_THAT(nano.err, Catch::Contains("does not support cuMemHostRegister"));
     unsetenv("WEIGHTMAP_FAKE_CUDA_MODEL");
     unsetenv("WEIGHTMAP_CUDA_LIBRARY");
 }

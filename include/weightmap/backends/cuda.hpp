@@ -97,6 +97,45 @@ struct CudaImporterParams {
 /// release(), read_back(), allocate_copy(), free_copy() may be called concurrently.
 WM_API Result<std::unique_ptr<Importer>> make_cuda_importer(const CudaImporterParams& params = {});
 
+/// How a CUDA importer makes a range of the mapping device memory (docs/cuda.md has the table of
+/// devices and the sources). Chosen once per importer from the device's attributes.
+enum class CudaImportMethod : std::uint8_t {
+    /// Neither of the two below: available() is false and says why (no host registration and no
+    /// pageable access, e.g. a Jetson Nano; or a discrete device without allow_discrete).
+    unavailable = 0,
+    /// The device reads pageable memory through the host's page tables
+    /// (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS and ..._USES_HOST_PAGE_TABLES both 1: GH200,
+    /// GB200/GB300, GB10): an import is the host pointer itself. Nothing is registered, pinned
+    /// or copied; the driver is not called at import or release.
+    direct = 1,
+    /// cuMemHostRegister(DEVICEMAP [| READ_ONLY]) and cuMemHostGetDevicePointer (an integrated
+    /// Jetson, or a discrete card under ImportPolicy::always). A registration the driver refuses
+    /// with CUDA_ERROR_NOT_SUPPORTED on a device with PAGEABLE_MEMORY_ACCESS (which reads plain
+    /// pageable memory coherently) switches the importer to direct; on any other device that
+    /// run falls back, with the driver's reason.
+    register_host = 2,
+};
+/// "unavailable", "direct", "register".
+WM_API const char* to_string(CudaImportMethod method) noexcept;
+
+/// What a CUDA importer does now. Plain data, a snapshot.
+struct CudaImporterState {
+    CudaImportMethod method = CudaImportMethod::unavailable; ///< the current method
+    std::uint64_t registrations = 0;   ///< live cuMemHostRegister imports (not pins)
+    std::uint64_t direct_imports = 0;  ///< live direct imports
+    /// The device reads pageable memory itself (PAGEABLE_MEMORY_ACCESS 1). There, copies *from*
+    /// file-backed pages are reported pathologically slow (a GB300: 1,184 s -> 67 s once tensors
+    /// were first read into anonymous memory, NVIDIA/cosmos-framework#150): an engine should
+    /// copy its fallback tensors with copy_fallback_tensors() (preads into its own staging), not
+    /// out of the mapping.
+    bool pageable_access = false;
+    std::string method_note;           ///< the attributes the method was chosen from
+};
+
+/// The state of `cuda_importer`, which must have been made by make_cuda_importer (else
+/// invalid_argument). Thread-safe; may be called while imports run.
+WM_API Result<CudaImporterState> cuda_importer_state(const Importer& cuda_importer);
+
 /// What cuda_pin_fallbacks() did.
 struct CudaPinReport {
     std::uint64_t ranges = 0;        ///< registrations made (page-aligned, merged fallback ranges)
