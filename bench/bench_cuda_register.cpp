@@ -4,6 +4,9 @@
 // and host-to-device copies from the registered mapping against the same copies from the same,
 // unregistered (pageable) pages, side by side in one run. The copy ratio is the DMA use
 // (cuda_pin_fallbacks, llama.cpp PR #26659); on a fake driver both arms are memcpy (ratio ~1).
+// Then the device's read bandwidth: cuMemcpyDtoD out of the import (and, where the device reads
+// pageable memory but the importer registers, out of the plain mapping: the direct method)
+// against the same copy out of device memory, as a ratio (issue 26).
 //
 // Usage: bench_cuda_register [SIZE_MIB [DIR]]   (DIR: where the file is written; default $TMPDIR)
 // The driver is libcuda.so.1, or $WEIGHTMAP_CUDA_LIBRARY. A discrete device is measured too
@@ -17,10 +20,12 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cuda/cuda_driver.hpp" // types and signatures only: the bench resolves its own entries
 #include "weightmap/backends/cuda.hpp"
 #include "weightmap/memstat.hpp"
 
@@ -144,6 +149,75 @@ double gib_per_s(std::uint64_t bytes, double seconds) {
     return seconds > 0 ? static_cast<double>(bytes) / (1024.0 * MiB) / seconds : 0;
 }
 
+// The driver the importer loaded (dlopen returns the same instance), for device-side copies in
+// device 0's primary context, current on this thread while it lives.
+class DeviceReads {
+public:
+    bool open() {
+        const char* env = std::getenv("WEIGHTMAP_CUDA_LIBRARY");
+        handle_ = dlopen(env != nullptr && *env ? env : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (handle_ == nullptr || !resolve(alloc_, "cuMemAlloc_v2") ||
+            !resolve(free_, "cuMemFree_v2") || !resolve(dtod_, "cuMemcpyDtoD_v2") ||
+            !resolve(retain_, "cuDevicePrimaryCtxRetain") ||
+            !resolve(release_, "cuDevicePrimaryCtxRelease_v2") ||
+            !resolve(push_, "cuCtxPushCurrent_v2") || !resolve(pop_, "cuCtxPopCurrent_v2"))
+            return false;
+        sync_ = reinterpret_cast<wm::cuda::CUresult (*)()>(dlsym(handle_, "cuCtxSynchronize"));
+        wm::cuda::CUcontext context = nullptr;
+        current_ = retain_(&context, 0) == wm::cuda::CUDA_SUCCESS &&
+                   push_(context) == wm::cuda::CUDA_SUCCESS;
+        return current_;
+    }
+    ~DeviceReads() {
+        wm::cuda::CUcontext popped = nullptr;
+        if (current_ && pop_(&popped) == wm::cuda::CUDA_SUCCESS) release_(0);
+        if (handle_ != nullptr) dlclose(handle_);
+    }
+    // GiB/s of cuMemcpyDtoD from `source` (device-visible) into device memory: best of 3.
+    double read_gibps(wm::cuda::CUdeviceptr source, std::uint64_t size) {
+        wm::cuda::CUdeviceptr into = 0;
+        if (alloc_(&into, size) != wm::cuda::CUDA_SUCCESS) return 0;
+        double best = 0;
+        for (int r = 0; r < repeats; ++r) {
+            const auto start = Clock::now();
+            const bool ok = dtod_(into, source, size) == wm::cuda::CUDA_SUCCESS &&
+                            (sync_ == nullptr || sync_() == wm::cuda::CUDA_SUCCESS);
+            if (ok) best = std::max(best, gib_per_s(size, seconds_since(start)));
+        }
+        free_(into);
+        return best;
+    }
+    // The same out of device memory of the same size: the ratio's denominator.
+    double device_gibps(std::uint64_t size) {
+        wm::cuda::CUdeviceptr from = 0;
+        if (alloc_(&from, size) != wm::cuda::CUDA_SUCCESS) return 0;
+        const double gibps = read_gibps(from, size);
+        free_(from);
+        return gibps;
+    }
+
+private:
+    template <class Fn>
+    bool resolve(Fn& fn, const char* name) {
+        fn = reinterpret_cast<Fn>(dlsym(handle_, name));
+        return fn != nullptr;
+    }
+    void* handle_ = nullptr;
+    bool current_ = false;
+    wm::cuda::PFN_cuMemAlloc alloc_ = nullptr;
+    wm::cuda::PFN_cuMemFree free_ = nullptr;
+    wm::cuda::PFN_cuMemcpyDtoD dtod_ = nullptr;
+    wm::cuda::PFN_cuDevicePrimaryCtxRetain retain_ = nullptr;
+    wm::cuda::PFN_cuDevicePrimaryCtxRelease release_ = nullptr;
+    wm::cuda::PFN_cuCtxPushCurrent push_ = nullptr;
+    wm::cuda::PFN_cuCtxPopCurrent pop_ = nullptr;
+    wm::cuda::CUresult (*sync_)() = nullptr; // cuCtxSynchronize; the fake has none (synchronous)
+};
+
+wm::cuda::CUdeviceptr as_device(const void* pointer) {
+    return static_cast<wm::cuda::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(pointer));
+}
+
 int fail(const std::string& what) {
     std::fprintf(stderr, "bench_cuda_register: %s\n", what.c_str());
     return 1;
@@ -174,6 +248,16 @@ int main(int argc, char** argv) {
     if (!error.empty() || !held) return fail(error.empty() ? held.error().message : error);
     double verify_s = 0;
     const std::uint64_t mismatched = verify(cuda, held.value(), verify_s, error);
+    auto state = wm::cuda_importer_state(cuda);
+    if (!state) return fail(state.error().message);
+    DeviceReads device;
+    if (!device.open()) return fail("cannot open the driver for device-side reads");
+    const double read_device = device.device_gibps(file.size);
+    const double read_import = device.read_gibps(as_device(held->device_address), file.size);
+    // The direct method where the device reads pageable memory and the importer did not use it.
+    const bool direct_too =
+        state->pageable_access && state->method != wm::CudaImportMethod::direct;
+    const double read_direct = direct_too ? device.read_gibps(as_device(file.base), file.size) : 0;
     const double htod_registered = time_copies(cuda, file, error);
     (void)cuda.release(held.value());
     const double htod_pageable = time_copies(cuda, file, error);
@@ -196,10 +280,17 @@ int main(int argc, char** argv) {
                 htod_pageable * 1000, gib_per_s(file.size, htod_pageable));
     const double ratio = htod_registered > 0 ? htod_pageable / htod_registered : 0;
     std::printf("registered/pageable copy throughput: %.2fx\n", ratio);
-    std::printf("cuda_register size_mib=%llu register_ms_per_gib=%.1f rss_anon_delta_mib=%.1f "
-                "mismatched=%llu htod_registered_gibps=%.2f htod_pageable_gibps=%.2f "
-                "ratio=%.2f\n",
-                static_cast<unsigned long long>(size_mib), registered.seconds * 1000 / gib,
+    const auto read_ratio = [&](double gibps) { return read_device > 0 ? gibps / read_device : 0; };
+    std::printf("cuda_read method=%s import_gibps=%.2f device_gibps=%.2f ratio=%.3f\n",
+                wm::to_string(state->method), read_import, read_device, read_ratio(read_import));
+    if (direct_too)
+        std::printf("cuda_read method=direct import_gibps=%.2f device_gibps=%.2f ratio=%.3f\n",
+                    read_direct, read_device, read_ratio(read_direct));
+    std::printf("cuda_register method=%s size_mib=%llu register_ms_per_gib=%.1f "
+                "rss_anon_delta_mib=%.1f mismatched=%llu htod_registered_gibps=%.2f "
+                "htod_pageable_gibps=%.2f ratio=%.2f\n",
+                wm::to_string(state->method), static_cast<unsigned long long>(size_mib),
+                registered.seconds * 1000 / gib,
                 static_cast<double>(registered.rss_anon_delta) / MiB,
                 static_cast<unsigned long long>(mismatched), gib_per_s(file.size, htod_registered),
                 gib_per_s(file.size, htod_pageable), ratio);

@@ -4,7 +4,11 @@
 # --import-policy always, every device tensor verified through the device), and
 # bench_cuda_register: cuMemHostRegister of a 1 GiB file-backed read-only mapping, every byte read
 # back through the device, register time per GiB, RssAnon growth, and host-to-device copies from
-# the registered mapping against the same pages pageable, as a ratio. Prints one summary block.
+# the registered mapping against the same pages pageable, as a ratio, then the device's read
+# bandwidth (cuMemcpyDtoD) out of the import - per method the device supports: the importer's,
+# and direct where the device reads pageable memory - against device memory, as a ratio; and
+# bench_cuda_fallback_copy: device copies out of the mapping vs from a pread into anonymous
+# staging, cold and warm (issue 26). Prints one summary block.
 #   Usage: scripts/device-cuda.sh [BUILD_DIR]   (default build-device; built here when it lacks
 #          the programs, which needs meson; a build carried to the machine is used as it is)
 #   DEVICE_CUDA_MIB: bench size (default 1024). WORK: scratch folder (default $BUILD_DIR/device).
@@ -15,8 +19,8 @@ cd "$root"
 build=${1:-build-device}
 size=${DEVICE_CUDA_MIB:-1024}
 work=${WORK:-$build/device}
-programs=(tests/cuda/test_cuda_real_driver bench/bench_cuda_register tools/wm-load
-          examples/wm-gen-model)
+programs=(tests/cuda/test_cuda_real_driver bench/bench_cuda_register
+          bench/bench_cuda_fallback_copy tools/wm-load examples/wm-gen-model)
 
 if ! { ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' || [[ -e /dev/nvidiactl ]]; }; then
   echo "SKIP: no NVIDIA driver (libcuda.so.1) on this machine"
@@ -51,13 +55,16 @@ step wm-load-default "$build/tools/wm-load" --importer cuda --json "$work/dense.
 step wm-load-always "$build/tools/wm-load" --importer cuda --import-policy always --json \
   "$work/dense.gguf"
 step bench env TMPDIR="$work" "$build/bench/bench_cuda_register" "$size"
+step fallback-copy env TMPDIR="$work" "$build/bench/bench_cuda_fallback_copy" "$size"
 
 echo "=== summary ==="
 printf '%s\n' "${summary[@]}"
 for f in wm-load-default wm-load-always; do
-  grep -o '"\(device_memory\|imports\|imported_bytes\|copied_bytes\|tensors_verified\|tensors_mismatched\)": *[^,}]*' \
+  grep -o '"\(device_memory\|cuda_method\|registrations\|imports\|imported_bytes\|copied_bytes\|tensors_verified\|tensors_mismatched\)": *[^,}]*' \
     "$work/$f.log" | tr '\n' ' ' | sed "s/^/$f: /"
   echo
 done
 grep '^cuda_register ' "$work/bench.log" || status=1
+grep '^cuda_read ' "$work/bench.log" || status=1
+grep '^cuda_fallback_copy ' "$work/fallback-copy.log" || status=1
 exit $status
