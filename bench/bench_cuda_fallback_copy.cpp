@@ -5,17 +5,22 @@
 // copy_fallback_tensors and wm-load do on a device that reads pageable memory). On Grace, copies
 // out of file-backed pages are reported pathologically slow (a GB300: 1,184 s -> 67 s once each
 // tensor was read into anonymous memory first, NVIDIA/cosmos-framework#150); here the host side
-// of it is measured, cold (the file evicted before every pass) and warm.
+// of it is measured, cold (the file evicted before every pass) and warm, twice: through the
+// importer's allocate_copy (the device copy included; on the fake a calloc and a memcpy), and on
+// the host alone (the mapping arm a memcpy into the same staging the pread arm reads into), which
+// isolates the source.
 //
 // Usage: bench_cuda_fallback_copy [SIZE_MIB [DIR]]   (default 512 MiB in $TMPDIR)
 // The driver is libcuda.so.1 or $WEIGHTMAP_CUDA_LIBRARY (the fake: the copy itself is memcpy).
-// Prints `cuda_fallback_copy cache=<cold|warm> mapping_mibps=<n> pread_mibps=<n> ratio=<n>`
-// (ratio = pread / mapping, best of 3 each, the arms alternated). Exits 77 without a driver.
+// Prints `cuda_fallback_copy cache=<cold|warm> to=<device|host> ... mapping_mibps=<n>
+// pread_mibps=<n> ratio=<n>` (ratio = pread / mapping, best of 3 each, the arms alternated).
+// Exits 77 without a driver.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -59,9 +64,19 @@ struct PatternFile {
     }
 };
 
-// One pass: every chunk copied to the device (allocate_copy, freed at once), its bytes taken
-// from the mapping or from a pread into `staging`. Seconds, or a negative value on failure.
-double copy_pass(wm::Importer& cuda, const PatternFile& file, bool from_mapping,
+// Checks one device copy of the chunk at `offset` and frees it.
+void check_and_free(wm::Importer& cuda, const wm::ImportedBuffer& copy, std::uint64_t offset,
+                    std::string& error) {
+    std::uint8_t last = 0; // the chunk's last byte as the device holds it
+    if (!cuda.read_back(copy, copy.size - 1, 1, &last).ok()) error = "read_back failed";
+    else if (last != byte_at(offset + copy.size - 1)) error = "a copied byte differs from the file";
+    (void)cuda.free_copy(copy);
+}
+
+// One pass: every chunk's bytes taken from the mapping or from a pread into `staging`, then
+// copied to the device (allocate_copy, checked, freed at once) - or, with no importer, the
+// mapping arm memcpys into `staging` and the pass ends there. Seconds, or -1 on failure.
+double copy_pass(wm::Importer* cuda, const PatternFile& file, bool from_mapping,
                  std::vector<std::uint8_t>& staging, std::string& error) {
     const auto start = std::chrono::steady_clock::now();
     void* map = mmap(nullptr, file.size, PROT_READ, MAP_SHARED, file.fd, 0);
@@ -75,13 +90,13 @@ double copy_pass(wm::Importer& cuda, const PatternFile& file, bool from_mapping,
                 static_cast<ssize_t>(n))
                 error = "pread failed";
             source = staging.data();
+        } else if (cuda == nullptr) {
+            std::memcpy(staging.data(), source, n);
         }
-        auto copy = cuda.allocate_copy(source, n);
-        if (!copy) error = copy.error().message;
-        std::uint8_t last = 0; // the chunk's last byte as the device holds it
-        if (copy && !cuda.read_back(copy.value(), n - 1, 1, &last).ok()) error = "read_back";
-        if (copy && last != byte_at(done + n - 1)) error = "a copied byte differs from the file";
-        if (copy) (void)cuda.free_copy(copy.value());
+        if (cuda == nullptr) continue;
+        auto copy = cuda->allocate_copy(source, n);
+        if (copy) check_and_free(*cuda, copy.value(), done, error);
+        else error = copy.error().message;
     }
     munmap(map, file.size);
     const double seconds =
@@ -93,7 +108,7 @@ struct Best {
     double mapping = 1e30, pread = 1e30;
 };
 
-Best measure(wm::Importer& cuda, const PatternFile& file, bool cold, std::string& error) {
+Best measure(wm::Importer* cuda, const PatternFile& file, bool cold, std::string& error) {
     std::vector<std::uint8_t> staging(chunk);
     Best best;
     for (int p = 0; p < passes && error.empty(); ++p)
@@ -122,19 +137,21 @@ int main(int argc, char** argv) {
     if (size_mib == 0 || !file.write(dir, size_mib * MiB))
         return std::fprintf(stderr, "cannot write %s\n", dir.c_str()), 1;
     std::string error;
-    for (bool cold : {true, false}) {
-        const Best best = measure(cuda, file, cold, error);
-        if (!error.empty()) {
-            // No driver (or no device): allocate_copy says so; nothing was measured.
-            std::printf("SKIP: %s\n", error.c_str());
-            return 77;
+    for (bool to_device : {true, false})
+        for (bool cold : {true, false}) {
+            const Best best = measure(to_device ? &cuda : nullptr, file, cold, error);
+            if (!error.empty()) {
+                // No driver (or no device): allocate_copy says so; nothing was measured.
+                std::printf("SKIP: %s\n", error.c_str());
+                return 77;
+            }
+            const double mib = static_cast<double>(file.size) / MiB;
+            std::printf("cuda_fallback_copy cache=%s to=%s size_mib=%llu method=%s "
+                        "mapping_mibps=%.0f pread_mibps=%.0f ratio=%.2f\n",
+                        cold ? "cold" : "warm", to_device ? "device" : "host",
+                        static_cast<unsigned long long>(size_mib),
+                        state ? wm::to_string(state->method) : "unavailable", mib / best.mapping,
+                        mib / best.pread, best.mapping / best.pread);
         }
-        const double mib = static_cast<double>(file.size) / MiB;
-        std::printf("cuda_fallback_copy cache=%s size_mib=%llu method=%s mapping_mibps=%.0f "
-                    "pread_mibps=%.0f ratio=%.2f\n",
-                    cold ? "cold" : "warm", static_cast<unsigned long long>(size_mib),
-                    state ? wm::to_string(state->method) : "unavailable", mib / best.mapping,
-                    mib / best.pread, best.mapping / best.pread);
-    }
     return 0;
 }

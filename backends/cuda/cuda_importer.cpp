@@ -62,6 +62,15 @@ const char* register_hint(CUresult result, unsigned flags) {
     return "";
 }
 
+ImportedBuffer imported_buffer(void* host, std::uint64_t size, void* device_address) {
+    ImportedBuffer buffer;
+    buffer.host_address = host;
+    buffer.size = size;
+    buffer.device_address = device_address;
+    buffer.imported = true;
+    return buffer;
+}
+
 } // namespace
 
 CudaImporter::CudaImporter(std::unique_ptr<Driver> driver, DeviceFacts facts,
@@ -221,12 +230,8 @@ Result<ImportedBuffer> CudaImporter::import_registered(void* host, std::uint64_t
         return import_direct(host, size);
     }
     if (!registered) return registered.error();
-    ImportedBuffer buffer;
-    buffer.host_address = host;
-    buffer.size = size;
-    buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device_pointer));
-    buffer.imported = true;
-    return buffer;
+    return imported_buffer(host, size, reinterpret_cast<void*>(
+                                           static_cast<std::uintptr_t>(device_pointer)));
 }
 
 // The device reads these pages through the host's page tables: the host pointer is the device's
@@ -243,12 +248,7 @@ Result<ImportedBuffer> CudaImporter::import_direct(void* host, std::uint64_t siz
                           fmt::format("cuda import: {} +{:#x} overlaps a live import or pin of "
                                       "this importer", host, size));
     registrations_[address] = {size, static_cast<CUdeviceptr>(address), Kind::direct};
-    ImportedBuffer buffer;
-    buffer.host_address = host;
-    buffer.size = size;
-    buffer.device_address = host;
-    buffer.imported = true;
-    return buffer;
+    return imported_buffer(host, size, host);
 }
 
 void CudaImporter::switch_to_direct(const std::string& refusal) {

@@ -71,6 +71,14 @@ private:
     CUcontext context_ = nullptr;
 };
 
+// Devices 0, 1 and 2 become `first`, `second` and `third`.
+void three_devices(FakeCuda& fake, Model first, Model second, Model third) {
+    fake.set_device_count(3);
+    fake.set_device_model(0, first);
+    fake.set_device_model(1, second);
+    fake.set_device_model(2, third);
+}
+
 void check_nothing_live(const FakeCuda& fake) {
     CHECK(fake.live_registrations() == 0);
     CHECK(fake.live_allocations() == 0);
@@ -432,9 +440,7 @@ TEST_CASE("read-only pages need CU_MEMHOSTREGISTER_READ_ONLY unless the device u
     const Api& cu = fake.api();
     Pages read_only(1, PROT_READ);
     Pages writable(1);
-    fake.set_device_count(3);
-    fake.set_device_model(1, Model::coherent);
-    fake.set_device_model(2, Model::discrete);
+    three_devices(fake, Model::orin, Model::gh200, Model::h200);
     for (CUdevice device : {0, 2}) {
         INFO("device " << device);
         CurrentContext context(fake, device);
@@ -464,10 +470,7 @@ TEST_CASE("the models answer registration as their sources report", "[cuda]") {
     const Api& cu = fake.api();
     Pages read_only(1, PROT_READ);
     Pages writable(1);
-    fake.set_device_count(3);
-    fake.set_device_model(0, Model::gb10);
-    fake.set_device_model(1, Model::b300);
-    fake.set_device_model(2, Model::tegra_x1);
+    three_devices(fake, Model::gb10, Model::b300, Model::tegra_x1);
     for (CUdevice refuses_all : {0, 2}) { // GB10 (ds4#158), Jetson Nano (CUDAdrv.jl#142)
         CurrentContext context(fake, refuses_all);
         CHECK(cu.mem_host_register(writable.at(0), page, CU_MEMHOSTREGISTER_DEVICEMAP) ==

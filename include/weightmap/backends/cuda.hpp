@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-// backends/cuda.hpp - the CUDA importer: cuMemHostRegister of the weight mapping, read-only, for
-// NVIDIA GPUs that read host memory in place (GB10/DGX Spark, Jetson, GH200), and page-locked
-// fallback ranges for the engine's own copies on a discrete GPU.
+// backends/cuda.hpp - the CUDA importer: the weight mapping used directly by a device that reads
+// pageable memory through the host's page tables (GH200, GB200/GB300, GB10), or registered with
+// cuMemHostRegister, read-only, where the device maps registered memory (Jetson Orin); and
+// page-locked fallback ranges for the engine's own copies on a discrete GPU.
 //
-// On an integrated GPU, or one that reads pageable memory through the host's page tables
-// (GH200's NVLink-C2C), registering the page-cache pages of the model file and mapping them into
-// the device's address space makes them device memory in place: no second copy. On a discrete
+// Either way the page-cache pages of the model file become device memory in place: no second
+// copy (CudaImportMethod says which method a device gets, docs/cuda.md why). On a discrete
 // GPU (an H200 on PCIe) every kernel read of such a weight crosses the bus, which is why
 // llama.cpp PR #22120 imported only on integrated GPUs; there the importer is unavailable unless
 // the engine opts in, and cuda_pin_fallbacks() offers the other use: page-locked sources make
@@ -64,30 +64,40 @@ struct CudaImporterParams {
 /// Makes a CUDA importer: loads the driver, calls cuInit(0), settles the device (the engine's
 /// context's, or device_ordinal's) and reads its attributes.
 ///
+/// The method (CudaImportMethod) comes from the device's attributes: direct where it reports
+/// PAGEABLE_MEMORY_ACCESS and ..._USES_HOST_PAGE_TABLES, register where it reports
+/// HOST_REGISTER_SUPPORTED and CAN_MAP_HOST_MEMORY, else unavailable; cuda_importer_state()
+/// reports it.
+///
 /// Caps: alignment = the host page size (CUDA 4.x required page-aligned registrations; the
 /// planner aligns every extent anyway), max_import_size = 0, is_cpu = false,
 /// survives_read_only_reprotect = false (not documented either way). needs_writable_mapping is
-/// false where the device reports CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (every
-/// import then passes CU_MEMHOSTREGISTER_READ_ONLY, which the Driver API requires to register
-/// pages the CPU maps read-only) or PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES (no flag
-/// needed); otherwise true, and the mapping policy maps the files writable. device_memory:
-/// unified for INTEGRATED or USES_HOST_PAGE_TABLES, discrete otherwise; the note names the
-/// attributes read.
+/// false for the direct method, and for register where the device reports
+/// CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (every import then passes
+/// CU_MEMHOSTREGISTER_READ_ONLY, which the Driver API requires to register pages the CPU maps
+/// read-only) or PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES (no flag needed); otherwise true,
+/// and the mapping policy maps the files writable. device_memory: unified for INTEGRATED or
+/// USES_HOST_PAGE_TABLES, discrete otherwise; the note names the attributes read and ends with
+/// "; import method <method>".
 ///
 /// import(address, size): both page-aligned (anything else is invalid_argument without a driver
-/// call). cuMemHostRegister(DEVICEMAP [| READ_ONLY]) then cuMemHostGetDevicePointer; the buffer's
-/// device_address is the driver's device pointer (not necessarily the host address) and
-/// imported = true. A refusal is import_failed with the driver's error name and string; nothing
-/// stays registered. release(): cuMemHostUnregister, refusing a buffer this importer did not
-/// register without calling the driver. read_back(): cuMemcpyDtoH from the device pointer, so a
-/// check sees the bytes as the device reads them. allocate_copy()/free_copy(): cuMemAlloc +
+/// call). Direct: no driver call; device_address is the host address, and an import overlapping
+/// a live one is invalid_argument. Register: cuMemHostRegister(DEVICEMAP [| READ_ONLY]) then
+/// cuMemHostGetDevicePointer; device_address is the driver's device pointer (not necessarily the
+/// host address). A refusal is import_failed with the driver's error name and string; nothing
+/// stays registered; a CUDA_ERROR_NOT_SUPPORTED refusal on a device with
+/// PAGEABLE_MEMORY_ACCESS switches the importer to direct instead (one warning through the log).
+/// imported = true either way. release(): cuMemHostUnregister (direct: nothing), refusing a
+/// buffer this importer did not import without calling the driver. read_back(): cuMemcpyDtoH
+/// from the device pointer (direct: cuMemcpyDtoD into a device buffer first), so a check sees
+/// the bytes as the device reads them. allocate_copy()/free_copy(): cuMemAlloc +
 /// cuMemcpyHtoD / cuMemFree, the control arm.
 ///
 /// Fails (invalid_argument) only for unusable params: a negative device_ordinal, or a context
 /// the driver refuses to make current. An absent or failing driver is not a failure: the
 /// importer is returned with available() false and the reason (dlerror(), a missing entry point,
-/// cuInit's error, no such device, no host registration, or a discrete device without
-/// allow_discrete).
+/// cuInit's error, no such device, neither host registration nor pageable access through the
+/// host's page tables, or a discrete device without allow_discrete).
 ///
 /// Ownership and lifetime: the caller owns the importer; every buffer, copy and pin must be
 /// released first (destroy placements before their importers). The destructor unregisters and
