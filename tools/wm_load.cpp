@@ -187,23 +187,20 @@ bool on_device(const wm::ModelDesc& model, const wm::TensorDesc& t) {
 // staging; elsewhere the copy reads the mapping, as an engine does.
 class CopySource {
 public:
-    CopySource(const wm::ModelDesc& model, const wm::Importer& importer)
-        : stage_(stages_from_file(importer)), files_(model) {}
-    bool stages() const { return stage_; }
+    CopySource(const wm::ModelDesc& model, const wm::Importer& importer) {
+        if (auto state = wm::cuda_importer_state(importer); state && state->pageable_access)
+            files_.emplace(model);
+    }
+    bool stages() const { return files_.has_value(); }
     // The tensor's bytes for one copy, or null when the read failed.
     const void* bytes(const wm::TensorDesc& t, const wm::TensorLocation& where) {
-        if (!stage_) return where.host_address;
+        if (!files_) return where.host_address;
         if (staging_.size() < t.size) staging_.resize(t.size);
-        return files_.read(t.file, t.offset, t.size, staging_.data()) ? staging_.data() : nullptr;
+        return files_->read(t.file, t.offset, t.size, staging_.data()) ? staging_.data() : nullptr;
     }
 
 private:
-    static bool stages_from_file(const wm::Importer& importer) {
-        auto state = wm::cuda_importer_state(importer);
-        return state && state->pageable_access;
-    }
-    bool stage_;
-    FileReader files_;
+    std::optional<FileReader> files_; // set when copies are staged from the file
     std::vector<unsigned char> staging_;
 };
 

@@ -223,8 +223,9 @@ Result<ImportedBuffer> CudaImporter::import_registered(void* host, std::uint64_t
     CUdeviceptr device_pointer = 0;
     CUresult refusal = CUDA_SUCCESS;
     Status registered = register_range(host, size, flags, Kind::import, &device_pointer, &refusal);
-    // GB10 and older Jetsons answer 801 (ds4#158, pycuda#229): a device that reads pageable
-    // memory itself needs no registration, and copying everything instead would double it.
+    // GB10 answers 801 (ds4#158). A device that reads pageable memory itself needs no
+    // registration, and copying every refused run instead would hold the weights twice (ds4#158:
+    // ~87 GB of device copies of an 80.76 GiB model).
     if (!registered && refusal == CUDA_ERROR_NOT_SUPPORTED && facts_.pageable_access) {
         switch_to_direct(registered.error().message);
         return import_direct(host, size);
