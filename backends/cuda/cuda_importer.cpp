@@ -62,6 +62,12 @@ const char* register_hint(CUresult result, unsigned flags) {
     return "";
 }
 
+// What registering without READ_ONLY means for the weight file (B300: vllm-omni#6240).
+constexpr const char* writable_note =
+    " (no READ_ONLY_HOST_REGISTER_SUPPORTED: the files are opened O_RDWR and mapped MAP_SHARED "
+    "PROT_READ|PROT_WRITE, so the registered pages are the file's page cache, not a copy, and a "
+    "stray store would reach the file)";
+
 ImportedBuffer imported_buffer(void* host, std::uint64_t size, void* device_address) {
     ImportedBuffer buffer;
     buffer.host_address = host;
@@ -123,8 +129,9 @@ ImporterCaps CudaImporter::caps() const {
     caps.device_memory = facts_.memory;
     caps.device_memory_note =
         driver_ == nullptr ? facts_.memory_note
-                           : fmt::format("{}; import method {}", facts_.memory_note,
-                                         to_string(method));
+                           : fmt::format("{}; import method {}{}", facts_.memory_note,
+                                         to_string(method),
+                                         caps.needs_writable_mapping ? writable_note : "");
     return caps;
 }
 

@@ -158,6 +158,9 @@ TEST_CASE("B300: no READ_ONLY, so a writable mapping registers and a read-only o
     auto cuda = fake_cuda_importer(discrete_opt_in());
     CHECK(state_of(*cuda).method == CudaImportMethod::register_host);
     CHECK(cuda->caps().needs_writable_mapping);
+    CHECK_THAT(cuda->caps().device_memory_note,
+               Catch::Contains("import method register (no READ_ONLY_HOST_REGISTER_SUPPORTED: "
+                               "the files are opened O_RDWR"));
     MappedPatternFile read_only(2), writable(2, true);
     auto refused = cuda->import(read_only.page(0), page);
     REQUIRE_FALSE(refused.ok());

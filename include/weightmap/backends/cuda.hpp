@@ -78,7 +78,8 @@ struct CudaImporterParams {
 /// read-only) or PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES (no flag needed); otherwise true,
 /// and the mapping policy maps the files writable. device_memory: unified for INTEGRATED or
 /// USES_HOST_PAGE_TABLES, discrete otherwise; the note names the attributes read and ends with
-/// "; import method <method>".
+/// "; import method <method>", followed, where the mapping must be writable, by what that means
+/// for the file.
 ///
 /// import(address, size): both page-aligned (anything else is invalid_argument without a driver
 /// call). Direct: no driver call; device_address is the host address, and an import overlapping
