@@ -246,6 +246,18 @@ bool populate_pages(const MappedFile& file, std::uint64_t offset, std::uint64_t 
     return length == 0 || ::madvise(base, length, MADV_POPULATE_READ) == 0;
 }
 
+// MADV_HUGEPAGE on every extent, before it is read. Why: a cold read of an advised range fills
+// the page cache with PMD-sized folios, mapped with one entry per 2 MiB (Linux 6.18, a cold
+// 162 MiB Q4_K_M: 100 % PMD-mapped vs 75 % with the default readahead, and reads from it 1.04x
+// as fast: bench_weight_reads). Advice only: where THP is off the kernel refuses and nothing
+// changes; pages already cached keep their size.
+void advise_huge_pages(Span<const MappedFile> files, Span<const FileExtent> extents) {
+    for (const FileExtent& e : extents) {
+        const auto [base, length] = page_range(files[e.file], e.offset, e.size);
+        if (length != 0) (void)::madvise(base, length, MADV_HUGEPAGE);
+    }
+}
+
 // One load per page: maps pages that are already cached.
 void touch_pages(const MappedFile& file, std::uint64_t offset, std::uint64_t size) {
     const auto [base, length] = page_range(file, offset, size);
@@ -303,6 +315,7 @@ Result<ReadReport> populate(const ModelDesc& model, Span<const MappedFile> files
         add_chunks(jobs, {e.file, e.offset, readable}, options.chunk_size);
         total += readable;
     }
+    advise_huge_pages(files, extents);
     std::atomic<bool> old_kernel{false};
     jobs = interleave_files(jobs);
     JobRunner runner(jobs, options, total);

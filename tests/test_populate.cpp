@@ -72,6 +72,25 @@ std::string maps_line_of(const void* address) {
     return {};
 }
 
+// The VmFlags line of the mapping that holds `address` (/proc/self/smaps).
+std::string vm_flags_of(const void* address) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    bool inside = false;
+    for (std::string line; std::getline(smaps, line);) {
+        std::uintptr_t lo = 0, hi = 0;
+        char colon = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx %*s %*s %*s %*s%c", &lo, &hi, &colon) >= 2 &&
+            line.rfind("VmFlags:", 0) != 0 && line.find(':') > line.find(' '))
+            inside = a >= lo && a < hi;
+        else if (inside && line.rfind("VmFlags:", 0) == 0)
+            return line;
+    }
+    return {};
+}
+
+bool kernel_has_thp() { return std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good(); }
+
 ModelDesc one_file_model(const std::string& path, std::uint64_t size) {
     ModelDesc m;
     m.files = {{path, size}};
@@ -164,6 +183,15 @@ TEST_CASE("populate brings the planned extents in, reads only, and leaves the re
 #endif
     CHECK(maps_line_of(f.base).find(" r--s ") != std::string::npos);
     CHECK(wm::test::hash_file(p.file.path()) == hash);
+    // the extents, and only they, are advised MADV_HUGEPAGE ("hg")
+    if (!kernel_has_thp()) {
+        WARN("no transparent huge pages in this kernel: MADV_HUGEPAGE not checked");
+    } else {
+        CHECK(vm_flags_of(f.base + 4 * MiB).find(" hg") != std::string::npos);
+        CHECK(vm_flags_of(f.base + 20 * MiB).find(" hg") != std::string::npos);
+        CHECK(vm_flags_of(f.base + 16 * MiB).find(" hg") == std::string::npos);
+        CHECK(vm_flags_of(f.base).find(" hg") == std::string::npos);
+    }
 }
 
 TEST_CASE("progress ends at the total whichever thread read the chunks") {

@@ -71,7 +71,9 @@ struct ReadReport {
 /// Brings `extents` of the model's files into the page cache and into `files` (the model's
 /// mappings) with MADV_POPULATE_READ in chunk_size pieces, in parallel, so the importer finds
 /// every page present: the kernel reads a cold file sequentially this way, with no buffer and no
-/// copy. On a kernel without it (EINVAL, before 5.14): chunk_size preads of the file
+/// copy. The extents are advised MADV_HUGEPAGE first (advice only; it splits the caller's VMA at
+/// their page-aligned edges): a cold file is then cached in PMD-sized folios where the kernel
+/// and file system can, so up to 2 MiB around an extent's edges may be read too. On a kernel without it (EINVAL, before 5.14): chunk_size preads of the file
 /// (ModelDesc::files[i].path) fill the cache, then one load per page maps it. Errors
 /// (ErrorKind::io, naming file and offset): a file that cannot be opened, an extent past the
 /// file's end (truncated after planning), a failed read.
