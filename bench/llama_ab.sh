@@ -7,14 +7,23 @@
 #          cold evicts MODEL from the page cache before every run (dd iflag=nocache count=0,
 #          i.e. posix_fadvise DONTNEED on the whole file).
 # Env:   OUT (default build-llama: the tree integrations/llama.cpp/run.sh builds), BIN (default
-#        OUT/build/bin), EXTRA (flags for every arm, e.g. "-ot exps=CPU").
+#        OUT/build/bin), EXTRA (flags for every arm, e.g. "-ot exps=CPU"), ARMS (default
+#        "import copy upstream"; import-nopopulate may be added), CASE (the summary line's case
+#        name; default the model's file name).
 # Arms:  import   the default (libweightmap imports what the device can read in place)
 #        copy     LLAMA_WEIGHTMAP_IMPORT=0 (upstream's loader; AUTO load mode)
 #        upstream LLAMA_WEIGHTMAP_IMPORT=0 -lm none (upstream's default on an iGPU: no mmap,
 #                 a read into device memory)
+#        import-nopopulate  import with LLAMA_WEIGHTMAP_POPULATE=0 (the first graph faults the
+#                 imported pages in; what populate changes)
 # Prints one row per arm and metric: the median and the spread (min..max) over REPS, and the
-# ratio of each arm's median to the import arm's. TTFT is load time + prompt evaluation, both as
-# llama.cpp reports them; peak RSS includes file pages (the page cache mapped by the process).
+# ratio of each arm's median to the import arm's; then the summary line
+#   llama.cpp speed case=... cache=... runs=... load_ratio_vs_upstream=... ttft_ratio_vs_upstream=...
+#     pp_ratio_vs_copy=... tg_ratio_vs_copy=... tokens_identical=yes|no
+# (ratios of medians, import over the other arm). TTFT is load time + prompt evaluation, both as
+# llama.cpp reports them; peak RSS includes file pages (the page cache mapped by the process);
+# minflt counts the whole run's minor faults. Exits non-zero when a run fails or the arms'
+# greedy tokens differ.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -33,29 +42,36 @@ prompt=$(printf 'hello world %.0s' $(seq 80)) # >= 128 prompt tokens with the ge
 runs=$(mktemp -d)
 trap 'rm -rf "$runs"' EXIT
 
-arm_env() { [[ $1 == import ]] && echo LLAMA_WEIGHTMAP_IMPORT=1 || echo LLAMA_WEIGHTMAP_IMPORT=0; }
+arm_env() {
+  case $1 in
+    import) echo LLAMA_WEIGHTMAP_IMPORT=1 ;;
+    import-nopopulate) echo LLAMA_WEIGHTMAP_POPULATE=0 ;;
+    *) echo LLAMA_WEIGHTMAP_IMPORT=0 ;;
+  esac
+}
 arm_flags() { [[ $1 == upstream ]] && echo "-lm none" || true; }
 
-# One run: appends "load_s ttft_s pp_tps tg_tps peak_mib" to runs/ARM.
+# One run: appends "load_s ttft_s pp_tps tg_tps peak_mib minflt" to runs/ARM.
 measure() { # ARM REP
   local arm=$1 log=$runs/$1.$2 flags
   read -r -a flags <<< "$(arm_flags "$arm")"
   [[ $cache == cold ]] && dd if="$model" iflag=nocache count=0 status=none
-  env "$(arm_env "$arm")" /usr/bin/time -f %M -o "$log.rss" "$bin/llama-completion" -m "$model" \
+  env "$(arm_env "$arm")" /usr/bin/time -f '%M %R' -o "$log.rss" "$bin/llama-completion" -m "$model" \
     -p "$prompt" -n 64 --temp 0 -s 42 -no-cnv -t 2 --no-display-prompt "${flags[@]}" "${extra[@]}" \
     > "$log.out" 2> "$log.err" < /dev/null || { echo "llama_ab.sh: $arm failed; see $log.err" >&2; exit 1; }
-  awk -v rss="$(tail -n 1 "$log.rss")" '
+  awk -v rss="$(tail -n 1 "$log.rss" | cut -d' ' -f1)" -v minflt="$(tail -n 1 "$log.rss" | cut -d' ' -f2)" '
     /load time =/ { load = $(NF - 1) }
     /prompt eval time =/ { for (i = 1; i < NF; i++) if ($(i + 1) == "ms") { pp_ms = $i; break }
                            match($0, /[0-9.]+ tokens per second/); pp = substr($0, RSTART, RLENGTH) + 0
                            for (i = 1; i < NF; i++) if ($i == "/") n_prompt = $(i + 1) }
     / eval time =/ && !/prompt/ { match($0, /[0-9.]+ tokens per second/); tg = substr($0, RSTART, RLENGTH) + 0 }
     END { if (n_prompt < 128) { print "prompt of " n_prompt " tokens < 128" > "/dev/stderr"; exit 1 }
-          printf "%.3f %.3f %.2f %.2f %d\n", load / 1000, (load + pp_ms) / 1000, pp, tg, rss / 1024 }' \
+          printf "%.3f %.3f %.2f %.2f %d %d\n", load / 1000, (load + pp_ms) / 1000, pp, tg, rss / 1024, minflt }' \
     "$log.err" >> "$runs/$arm"
 }
 
-arms=(import copy upstream)
+read -r -a arms <<< "${ARMS:-import copy upstream}"
+[[ ${arms[0]} == import ]] || { echo "llama_ab.sh: ARMS must start with import (the ratios' base)" >&2; exit 1; }
 # one unmeasured run: lavapipe compiles each new kernel once into the shader cache (a prompt
 # batch needs others than the token loop), which would land in whichever arm runs first
 measure import warm-up && : > "$runs/import"
@@ -68,8 +84,8 @@ stat() { sort -g -k "$2,$2" "$runs/$1" | awk -v c="$2" '{ v[NR] = $c } END {
   m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s %s %s", m, v[1], v[NR] }'; }
 echo "llama_ab: $(basename "$model"), $reps alternated repetitions per arm, $cache cache, flags: ${EXTRA:-none}"
 printf '%-12s %-9s %10s %21s %14s\n' metric arm median 'spread (min..max)' 'ratio to import'
-metrics=(load_s ttft_s pp_tps tg_tps peak_rss_mib)
-for c in 1 2 3 4 5; do
+metrics=(load_s ttft_s pp_tps tg_tps peak_rss_mib minflt)
+for c in 1 2 3 4 5 6; do
   read -r base _ _ <<< "$(stat import "$c")"
   for arm in "${arms[@]}"; do
     read -r med lo hi <<< "$(stat "$arm" "$c")"
@@ -77,3 +93,12 @@ for c in 1 2 3 4 5; do
       "$(awk -v a="$med" -v b="$base" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')"
   done
 done
+
+# ratio of the import arm's median of column C to ARM's
+ratio() { awk -v a="$(stat import "$2" | cut -d' ' -f1)" -v b="$(stat "$1" "$2" | cut -d' ' -f1)" \
+  'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
+same=yes
+for f in "$runs"/*.out; do cmp -s "$f" "$runs/import.0.out" || same=no; done
+[[ -s $runs/import.0.out ]] || same=no
+echo "llama.cpp speed case=${CASE:-$(basename "$model" .gguf)} cache=$cache runs=$reps load_ratio_vs_upstream=$(ratio upstream 1) ttft_ratio_vs_upstream=$(ratio upstream 2) pp_ratio_vs_copy=$(ratio copy 3) tg_ratio_vs_copy=$(ratio copy 4) tokens_identical=$same"
+[[ $same == yes ]] || { echo "llama_ab.sh: the arms generated different tokens" >&2; exit 1; }

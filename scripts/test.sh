@@ -52,7 +52,11 @@ count_consumers() {
 # every layer on the device), or, for refused-all and stock, peaked within 5 % of upstream's RSS;
 # a split-sync case when its tokens are identical under both rules, the helper's replay shows no
 # hazard and it synced no more than upstream (run.sh's exit status also covers the single
-# checks: a refused import alone, --check-tensors, a corrupt model); no line at all is one failure.
+# checks: a refused import alone, --check-tensors, a corrupt model); a server line when every
+# server answered with the same tokens; the multiproc line when three importing servers saved
+# >= 98 % of 3x the device bytes of RssAnon against both copying arms; a speed line when the
+# bench's arms generated the same tokens (its ratios are measurements, not pass marks: CI
+# machines are shared); no line at all is one failure.
 count_llama() {
   local ok bad
   read -r ok bad < <(awk '
@@ -66,6 +70,13 @@ count_llama() {
       if (/ case=dense-big /) pass = pass && num("layers_on_device_import") == num("n_layers")
       if (pass) ok++; else bad++
     }
+    /^llama.cpp server case=/ { if (/ tokens_identical=yes / && num("load_s_import") > 0) ok++; else bad++ }
+    /^llama.cpp multiproc / {
+      d = 3 * num("device_mib")
+      if (/ tokens_identical=yes / && d > 0 && num("sum_rss_anon_mib_copy") - num("sum_rss_anon_mib_import") >= 0.98 * d &&
+          num("sum_rss_anon_mib_upstream") - num("sum_rss_anon_mib_import") >= 0.98 * d) ok++; else bad++
+    }
+    /^llama.cpp speed / { if (/ tokens_identical=yes / && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
     /^split_sync case=/ {
       if (/ tokens_identical=yes / && num("replay_hazards_helper") == 0 &&
           num("syncs_helper") >= 0 && num("syncs_helper") <= num("syncs_upstream")) ok++; else bad++

@@ -21,7 +21,8 @@ JOBS="${JOBS:-$(nproc)}"
 # llama-completion  tools/completion: full CLI (-ngl, -ot, --cpu-moe, --no-mmap, samplers)
 # test-llama-archs  tests: writes random-weight GGUF models with a tiny tokenizer
 # llama-gguf        examples/gguf: dumps a GGUF's KV pairs and tensor list
-TARGETS="${TARGETS:-llama-simple llama-completion test-llama-archs llama-gguf}"
+# llama-server      tools/server: the OpenAI-compatible HTTP server (no web UI, no HTTPS)
+TARGETS="${TARGETS:-llama-simple llama-completion test-llama-archs llama-gguf llama-server}"
 
 die() { echo "build.sh: ERROR: $*" >&2; exit 1; }
 [[ -f "$SRC/CMakeLists.txt" ]] || die "no llama.cpp source at $SRC (run fetch.sh first)"
@@ -34,7 +35,8 @@ if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
 
 # Tools, examples and tests stay ON at configure time only so that the
 # targets above exist (and so that tests/ finds the mtmd target it links);
-# nothing but TARGETS is built. Server/CLI/app/UI and HTTPS are off.
+# nothing but TARGETS is built. The server is built without its web UI (no
+# npm build, no download: an empty asset table); the app and HTTPS are off.
 # shellcheck disable=SC2086
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" \
     -DCMAKE_BUILD_TYPE=Release \
@@ -44,7 +46,7 @@ cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" \
     -DLLAMA_BUILD_TESTS=ON \
     -DLLAMA_BUILD_TOOLS=ON \
     -DLLAMA_BUILD_EXAMPLES=ON \
-    -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF \

@@ -279,3 +279,157 @@ check_tensor_alignment() { # MODEL REFERENCE_LOG
     fail "tensors misaligned for the buffer type did not fall back alone (imported $imported of $device MiB)"
   same_tokens "$log" "$2" || fail "the tensor-alignment run generated other tokens"
 }
+
+# --- llama-server: one model in each arm, then three processes sharing it ---------------------
+# Arms: import (the default), copy (LLAMA_WEIGHTMAP_IMPORT=0: upstream's loader with this
+# device's AUTO load mode) and upstream (LLAMA_WEIGHTMAP_IMPORT=0 -lm none: upstream's default on
+# an iGPU, #26081: no mmap, a read into the device buffer).
+server_requests=('hello world' 'the quick brown fox')
+server_arm() { # ARM: its env assignment and flags, one per line
+  case $1 in
+    import) echo LLAMA_WEIGHTMAP_IMPORT=1 ;;
+    copy) echo LLAMA_WEIGHTMAP_IMPORT=0 ;;
+    upstream) printf '%s\n' LLAMA_WEIGHTMAP_IMPORT=0 -lm none ;;
+  esac
+}
+
+# Starts llama-server on MODEL in ARM at 127.0.0.1:PORT with default flags and waits until
+# /health answers; sets server_pid and server_load_s (from the start to a healthy answer: the
+# load, the warm-up graph and the listening socket). -fa off: Mesa 22.3's lavapipe crashes
+# (SIGSEGV in its own worker thread) on some of the server's flash-attention graphs (4 slots,
+# one unified KV cache), in every arm, without libweightmap alike, after the warm-up or on a later
+# request; llama-completion's graphs do not hit it.
+start_server() { # LOG PORT ARM MODEL [FLAGS...]
+  local log=$1 port=$2 model=$4 start end
+  local -a arm
+  mapfile -t arm < <(server_arm "$3")
+  shift 4
+  start=$(date +%s.%N)
+  env "${arm[0]}" "$bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -v -fa off "${arm[@]:1}" "$@" \
+    > "$log.out" 2> "$log.err" < /dev/null &
+  server_pid=$!
+  for _ in $(seq 1200); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+    kill -0 "$server_pid" 2> /dev/null || break
+    sleep 0.25
+  done
+  end=$(date +%s.%N)
+  server_load_s=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+  curl -sf "http://127.0.0.1:$port/health" > /dev/null || { fail "$(basename "$log") did not come up; see $log.err"; return 1; }
+}
+
+# Greedy completion of request N (0 or 1) from the server at PORT: prints its token ids.
+ask_server() { # PORT N
+  local body
+  body=$(printf '{"prompt": "%s", "n_predict": %d, "temperature": 0, "seed": 42, "return_tokens": true, "cache_prompt": false}' \
+    "${server_requests[$2]}" "${SERVER_N_PREDICT:-4}")
+  curl -sf -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$1/completion" |
+    grep -oE '"tokens": ?\[[0-9, ]*\]' | sed 's/^"tokens": *//; s/ //g' || echo "no answer"
+}
+
+# Stops the server PID with SIGTERM; a clean shutdown exits 0 and logs its cleanup.
+stop_server() { # PID LOG
+  local rc=0
+  kill -TERM "$1" 2> /dev/null || true
+  wait "$1" || rc=$?
+  ((rc == 0)) && grep -q 'cleaning up before exit' "$2.err" ||
+    fail "$(basename "$2") did not shut down cleanly (exit $rc); see $2.err"
+}
+
+# "RssAnon_KiB Pss_KiB majflt" of PID ("0 0 0" once it has exited)
+memory_of() { # PID
+  local status rollup stat
+  status=$(cat "/proc/$1/status" 2> /dev/null) rollup=$(cat "/proc/$1/smaps_rollup" 2> /dev/null)
+  stat=$(cat "/proc/$1/stat" 2> /dev/null)
+  echo "$(awk '/^RssAnon:/ {print $2}' <<< "$status") $(awk '/^Pss:/ {print $2}' <<< "$rollup") $(awk '{print $12}' <<< "$stat")" |
+    awk '{ printf "%d %d %d\n", $1, $2, $3 }'
+}
+# Seconds from the start of the process to the end of its weight load: the timestamp (m.ss.mmm.uuu)
+# of the loader's weightmap line in LOG (logged when load_tensors is done, in every arm).
+weights_loaded_s() { # LOG
+  grep -m1 -E 'weightmap: (device|disabled)' "$1" | awk '{ split($1, t, "."); printf "%.2f\n", t[1] * 60 + t[2] + t[3] / 1e3 + t[4] / 1e6 }'
+}
+cached_mib() { fincore -b -n -o RES "$1" | awk '{ printf "%d", $1 / 1048576 }'; } # MODEL's page cache
+
+# One arm on MODEL: server 1 answers both requests (its load time and memory are the one-server
+# numbers); servers 2 and 3 start while it holds its weights and answer request 0; the three
+# processes' memory is summed; then server 1 exits and 2 and 3 answer request 1, while the model's
+# page cache and their major faults show whether anything was read again. Writes
+# run/server.ARM.P.tokens (one line per request) and sets serve_one[ARM] ("load_s ready_s
+# rss_anon_mib pss_mib" of server 1: weights loaded, /health answering) and serve_all[ARM] ("sum_rss_anon_mib sum_pss_mib cached_mib_before
+# cached_mib_after majflt_after_exit").
+serve_arm() { # ARM MODEL PORT [FLAGS...]
+  local arm=$1 model=$2 port=$3 log=$out/run/server.$1 p pids=() rss=0 pss=0 a m faults=0 cached
+  shift 3
+  rm -f "$log".*.tokens
+  for p in 1 2 3; do
+    start_server "$log.$p" $((port + p - 1)) "$arm" "$model" "$@" || break
+    pids[p]=$server_pid
+    ask_server $((port + p - 1)) 0 > "$log.$p.tokens"
+    if [[ $p == 1 ]]; then
+      ask_server "$port" 1 >> "$log.1.tokens"
+      read -r a m _ <<< "$(memory_of "$server_pid")"
+      serve_one[$arm]="$(weights_loaded_s "$log.1.err") $server_load_s $((a / 1024)) $((m / 1024))"
+    fi
+  done
+  if ((${#pids[@]} == 3)); then
+    for p in 1 2 3; do read -r a m _ <<< "$(memory_of "${pids[p]}")"; rss=$((rss + a)) pss=$((pss + m)); done
+    for p in 2 3; do faults=$((faults - $(memory_of "${pids[p]}" | cut -d' ' -f3))); done
+    cached=$(cached_mib "$model")
+    stop_server "${pids[1]}" "$log.1"
+    unset 'pids[1]'
+    for p in 2 3; do ask_server $((port + p - 1)) 1 >> "$log.$p.tokens"; done
+    for p in 2 3; do faults=$((faults + $(memory_of "${pids[p]}" | cut -d' ' -f3))); done
+    serve_all[$arm]="$((rss / 1024)) $((pss / 1024)) $cached $(cached_mib "$model") $faults"
+  fi
+  for p in "${!pids[@]}"; do stop_server "${pids[p]}" "$log.$p"; done
+}
+
+# llama-server on MODEL in every arm: one server's load time and memory, three servers' sums, the
+# two summary lines and their checks (identical tokens everywhere; importing saves >= 98 % of 3x
+# the device bytes of RssAnon against each copying arm; the file-backed part of the import arm's
+# Pss, summed, is at most one copy of the file; nothing re-read when a process exits).
+run_servers() { # MODEL
+  local model=$1 arm port=18080 device file_mib same=yes t ref=$out/run/server.import.1.tokens ngl ctx
+  declare -gA serve_one=() serve_all=()
+  serve_arm import "$model" "$port"
+  # the copying arms at the import arm's layer count and context: -fit alone gives them fewer
+  # layers on the device (imports cost it nothing), the rest mapped on the CPU, and other tokens;
+  # -fit off alone, a quarter of the context (and of its KV cache) the import arm got
+  ngl=$(layers "$out/run/server.import.1.err" 1)
+  ctx=$(sed -nE 's/.*llama_context: n_ctx += ([0-9]+).*/\1/p' "$out/run/server.import.1.err" | tail -n 1)
+  echo "llama-server: -fit gave the import arm ${ngl:-?}/$(layers "$out/run/server.import.1.err" 2) layers and a context of ${ctx:-?}; the copying arms run at -ngl ${ngl:-?} -c ${ctx:-?} -fit off"
+  for arm in copy upstream; do
+    port=$((port + 3))
+    serve_arm "$arm" "$model" "$port" -ngl "${ngl:-99}" -c "${ctx:-0}" -fit off
+  done
+  device=$(wm_field device "$out/run/server.import.1.err")
+  file_mib=$(($(stat -c %s "$model") / 1048576))
+  printf '\n%-9s %7s %8s %13s %8s %14s %9s %13s %12s %16s\n' server load_s ready_s rss_anon_MiB pss_MiB \
+    sum3_rss_anon sum3_pss cache_before cache_after majflt_after_exit
+  for arm in import copy upstream; do
+    read -r -a o <<< "${serve_one[$arm]:-? ? ? ?}"
+    read -r -a s <<< "${serve_all[$arm]:-? ? ? ? ?}"
+    printf '%-9s %7s %8s %13s %8s %14s %9s %13s %12s %16s\n' "$arm" "${o[@]}" "${s[@]}"
+  done
+  ! grep -qv '^\[[0-9,]\+\]$' "$ref" 2> /dev/null || same=no
+  for t in "$out"/run/server.{import,copy,upstream}.{1,2,3}.tokens; do
+    # server 1 answered requests 0 and 1; servers 2 and 3 request 0, and request 1 after 1 exited
+    [[ -s $t ]] && cmp -s "$t" "$ref" || same=no
+  done
+  [[ $(wc -l < "$ref") == 2 ]] || same=no
+  summaries+=("llama.cpp server case=$(basename "$(dirname "$model")")-$(basename "$model" .gguf) tokens_identical=$same load_s_import=$(cut -d' ' -f1 <<< "${serve_one[import]:-?}") load_s_copy=$(cut -d' ' -f1 <<< "${serve_one[copy]:-?}") load_s_upstream=$(cut -d' ' -f1 <<< "${serve_one[upstream]:-?}")")
+  local -a i c u
+  read -r -a i <<< "${serve_all[import]:-0 0 0 0 0}"
+  read -r -a c <<< "${serve_all[copy]:-0 0 0 0 0}"
+  read -r -a u <<< "${serve_all[upstream]:-0 0 0 0 0}"
+  summaries+=("llama.cpp multiproc processes=3 device_mib=$device tokens_identical=$same sum_rss_anon_mib_import=${i[0]} sum_rss_anon_mib_copy=${c[0]} sum_rss_anon_mib_upstream=${u[0]} sum_pss_mib_import=${i[1]} sum_pss_mib_copy=${c[1]}")
+  [[ $same == yes ]] || fail "llama-server: the arms or processes answered with different tokens"
+  awk -v i="${i[0]}" -v c="${c[0]}" -v u="${u[0]}" -v d="$device" \
+    'BEGIN { exit !(d > 0 && c - i >= 0.98 * 3 * d && u - i >= 0.98 * 3 * d) }' ||
+    fail "three servers importing saved less than 98 % of 3 x $device MiB of RssAnon (import ${i[0]}, copy ${c[0]}, upstream ${u[0]} MiB)"
+  awk -v p="${i[1]}" -v a="${i[0]}" -v f="$file_mib" 'BEGIN { exit !(p - a <= 1.05 * f) }' ||
+    fail "three importing servers hold more than one copy of the file (sum Pss ${i[1]} MiB, RssAnon ${i[0]} MiB, file $file_mib MiB)"
+  [[ ${i[4]} == 0 && ${i[3]} -ge ${i[2]} ]] ||
+    fail "after one importing server exited the others re-read the model ($((i[4])) major faults, cache ${i[2]} -> ${i[3]} MiB)"
+}

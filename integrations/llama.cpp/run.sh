@@ -13,17 +13,21 @@
 #
 # Then the scheduler (patch 0007, GGML_WEIGHTMAP_SPLIT_SYNC): generation with CPU + Vulkan splits
 # under the split-ordering helper and under the upstream rule, traced and replayed in
-# libweightmap's simulator (bench_split_sync --replay).
+# libweightmap's simulator (bench_split_sync --replay). Then llama-server on the big model in each
+# arm, three processes at once (memory summed, one exits), and bench/llama_ab.sh's speed table.
 #
 # Usage: integrations/llama.cpp/run.sh [LIBWM_BUILD [OUT]]
 #        defaults: LIBWM_BUILD=build (configured and built here when missing), OUT=build-llama
 # Env:   JOBS (default nproc), N_PREDICT (default 32), CASES (space-separated case names; default
-#        all). Everything is written under OUT, the Mesa shader cache included.
+#        all), SERVER_N_PREDICT (tokens per server request, default 4), BENCH_MODEL, BENCH_REPS
+#        (see the bench below). Everything is written under OUT, the Mesa shader cache included.
 # Exit:  non-zero when a case's arms generate different tokens, a case that should import imports
 #        < 99 % of its device bytes, refused-all or stock peak above upstream's RSS by > 5 %, the
 #        big model is not offloaded whole in the import arm, a refused import does not fall back
-#        alone, --check-tensors passes a corrupt imported tensor, a corrupt model crashes, or the
-#        scheduler checks fail.
+#        alone, --check-tensors passes a corrupt imported tensor, a corrupt model crashes, the
+#        scheduler checks fail, the servers answer differently, crash or do not shut down cleanly,
+#        three importing servers save < 98 % of 3x the device bytes of RssAnon or re-read the
+#        model when one exits, or the bench fails or its arms' tokens differ.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -64,7 +68,7 @@ bin=$out/build/bin
 build_llama OFF llama-completion
 rm -rf "$out/stock" && mkdir -p "$out/stock"
 cp -a "$bin/llama-completion" "$bin"/lib*.so* "$out/stock/"
-build_llama ON "llama-completion test-llama-archs llama-quantize"
+build_llama ON "llama-completion test-llama-archs llama-quantize llama-server"
 # The library llama-completion runs with must be the one just installed; stock llama has none
 ldd "$bin/llama-completion" | grep -q "$dest.*libweightmap" ||
   { echo "run.sh: llama-completion does not load libweightmap from $dest" >&2; exit 1; }
@@ -119,6 +123,17 @@ check_truncated_model "$m/llama-dense.gguf"
 check_writable_mapping "$m/llama-dense.gguf"
 check_mlock_locks_imports "$m/llama-dense.gguf"
 run_split_sync "$m"
+run_servers "$m/big/llama-dense.gguf"
+
+# --- speed: bench/llama_ab.sh, import vs copy vs upstream's iGPU default -----------------------
+# BENCH_REPS (default 2 here; the bench's own default is 5) alternated repetitions of each arm on
+# BENCH_MODEL (default the small dense model, so that CI stays short), warm and cold cache.
+for cache in warm cold; do
+  OUT=$out bash "$root/bench/llama_ab.sh" "${BENCH_MODEL:-$m/llama-dense.gguf}" "${BENCH_REPS:-2}" "$cache" \
+    > "$out/logs/bench-$cache.log" 2>&1 || fail "bench/llama_ab.sh ($cache) failed; see $out/logs/bench-$cache.log"
+  echo; grep -v '^llama.cpp speed' "$out/logs/bench-$cache.log" || true
+  summaries+=("$(grep -m1 '^llama.cpp speed' "$out/logs/bench-$cache.log" || echo "llama.cpp speed cache=$cache missing")")
+done
 
 echo
 printf '%s\n' "${summaries[@]}"
