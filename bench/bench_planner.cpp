@@ -22,7 +22,7 @@
 namespace {
 
 using namespace wm;
-using namespace wm::bench;
+using namespace wm::testkit;
 
 constexpr double MiB = 1024.0 * 1024.0;
 

@@ -32,6 +32,7 @@
 namespace {
 
 using namespace wm;
+namespace sim = wm::testkit::sim;
 
 sim::RuleTotals run_rule(const std::vector<sim::Graph>& graphs, sim::Policy& policy,
                          std::uint64_t* engine_syncs = nullptr) {

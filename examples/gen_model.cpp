@@ -3,7 +3,7 @@
 // trying wm-plan and wm-load without downloading 19 GB.
 //
 // Data is either the verifiable pattern - the byte at absolute file offset o is
-// wm::internal::model_pattern_byte(o) (lib/internal/pattern.hpp), padding included - or, with
+// wm::testkit::model_pattern_byte(o) (testkit/pattern.hpp), padding included - or, with
 // --sparse, a hole: an 8 GiB model is written in milliseconds and takes no disk.
 //
 //   wm-gen-model --shape moe --layers 48 --experts 128 --size-mib 8192 --sparse -o moe.gguf
@@ -18,7 +18,7 @@
 #include "testkit/synthetic_model.hpp"
 
 int main(int argc, char** argv) {
-    using wm::internal::SyntheticModelOptions;
+    using wm::testkit::SyntheticModelOptions;
     SyntheticModelOptions o;
     std::string shape = "moe", out;
     std::uint64_t size_mib = 256;
@@ -66,14 +66,14 @@ int main(int argc, char** argv) {
     o.shape =
         shape == "dense" ? SyntheticModelOptions::Shape::dense : SyntheticModelOptions::Shape::moe;
     o.target_bytes = size_mib << 20;
-    const auto model = wm::internal::make_synthetic_model(o);
-    const auto fill = sparse ? wm::internal::DataFill::sparse : wm::internal::DataFill::pattern;
+    const auto model = wm::testkit::make_synthetic_model(o);
+    const auto fill = sparse ? wm::testkit::DataFill::sparse : wm::testkit::DataFill::pattern;
 
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::string> paths;
     std::uint64_t bytes = 0;
     if (split <= 1) {
-        auto layout = wm::internal::write_gguf(out, model.spec, fill);
+        auto layout = wm::testkit::write_gguf(out, model.spec, fill);
         if (!layout) {
             fmt::print(stderr, "wm-gen-model: {}\n", layout.error().message);
             return 1;
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     } else {
         std::string prefix = out;
         if (prefix.size() > 5 && prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
-        auto written = wm::internal::write_gguf_split(prefix, model.spec, split, fill);
+        auto written = wm::testkit::write_gguf_split(prefix, model.spec, split, fill);
         if (!written) {
             fmt::print(stderr, "wm-gen-model: {}\n", written.error().message);
             return 1;

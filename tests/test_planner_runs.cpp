@@ -538,7 +538,7 @@ TEST_CASE("every tensor resolves to mapping base + file offset through the execu
 
 TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothing, span pins "
           "the file", "[runs][layouts]") {
-    using namespace wm::bench;
+    using namespace wm::testkit;
     for (const Layout& l : {moe_30b_a3b(), moe_30b_a3b(3), moe_30b_a3b(1, BlockOrder::name_sorted),
                             moe_235b_a22b()}) {
         INFO(l.name);
@@ -548,7 +548,7 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
         check_plan(l.model, runs, plan_options(PlanMode::runs));
         const PlanTotals& t = runs.totals;
-        CHECK(t.device_bytes == bytes_on(l.model, bench::device_target));
+        CHECK(t.device_bytes == bytes_on(l.model, testkit::device_target));
         CHECK(t.imported_bytes * 100 >= t.device_bytes * 99);
         CHECK(t.pinned_bytes * 100 <= t.imported_bytes * 101);
         // Name-sorted blocks put ffn_gate_inp and ffn_norm between the experts: two device
@@ -570,7 +570,7 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
         CHECK(span.totals.imports == l.model.files.size());
         std::vector<std::uint64_t> lo(l.model.files.size(), UINT64_MAX), hi(l.model.files.size(), 0);
         for (const TensorDesc& td : l.model.tensors) {
-            if (td.target != bench::device_target) continue;
+            if (td.target != testkit::device_target) continue;
             lo[td.file] = std::min(lo[td.file], td.offset);
             hi[td.file] = std::max(hi[td.file], td.offset + td.size);
         }
@@ -582,10 +582,10 @@ TEST_CASE("30B-A3B with experts on the CPU: runs imports it, gate imports nothin
 }
 
 TEST_CASE("dense layouts plan identically in gate and runs", "[runs][layouts]") {
-    using namespace wm::bench;
+    using namespace wm::testkit;
     Layout l = dense_4b();
     for (std::uint64_t limit : {std::uint64_t{0}, std::uint64_t{1} << 30}) {
-        l.model.targets[bench::device_target].caps.max_import_size = limit;
+        l.model.targets[testkit::device_target].caps.max_import_size = limit;
         Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
         Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
         check_plan(l.model, runs, plan_options(PlanMode::runs));
@@ -623,7 +623,7 @@ TEST_CASE("adversarial equal gaps: runs as long as the gate allows, then the bud
     // 50,000 device tensors of 4 KiB, each 60 KiB from the next: one chain of gaps below the
     // threshold. Runs of 18 pass the gate (span 1092 KiB, limit 1105 KiB), 19 do not (span
     // 1156 KiB, limit 1109.5 KiB).
-    using namespace wm::bench;
+    using namespace wm::testkit;
     Layout l = adversarial_gaps(100'000);
     Plan p = plan_ok(l.model, plan_options());
     check_plan(l.model, p, plan_options());

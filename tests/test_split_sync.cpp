@@ -14,6 +14,7 @@
 #include "weightmap/split_sync.hpp"
 
 using namespace wm;
+namespace sim = wm::testkit::sim;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Split traces (lib/testkit/split_trace.hpp): what a patched scheduler writes reads back into the
+// Split traces (testkit/split_trace.hpp): what a patched scheduler writes reads back into the
 // same simulator graphs, bad traces are errors naming line and field, and replayed traces keep
 // the hazards the simulator finds in the graphs they were written from.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include "testkit/split_trace.hpp"
 
 using namespace wm;
-using namespace wm::sim;
+using namespace wm::testkit::sim;
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "support/temp_file.hpp"
 
 int main(int argc, char** argv) {
-    using namespace wm::internal;
+    using namespace wm::testkit;
     SyntheticModelOptions o;
     o.layers = 48;
     o.experts = 128;

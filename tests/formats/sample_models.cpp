@@ -7,13 +7,13 @@
 
 namespace wm::test {
 
-using internal::GgufSpec;
-using internal::GgufType;
-using internal::GgufValue;
+using testkit::GgufSpec;
+using testkit::GgufType;
+using testkit::GgufValue;
 
 namespace {
 
-std::vector<internal::GgufKv> every_value_type() {
+std::vector<testkit::GgufKv> every_value_type() {
     std::vector<GgufValue> strings = {GgufValue::string("a"), GgufValue::string(""),
                                       GgufValue::string("tokens \xe2\x96\x81 here")};
     std::vector<GgufValue> inner = {GgufValue::u8(1), GgufValue::u8(2)};
@@ -69,8 +69,8 @@ GgufSpec every_type_gguf_spec(std::uint32_t version, std::uint64_t alignment) {
     return spec;
 }
 
-internal::SafetensorsSpec every_dtype_safetensors_spec() {
-    internal::SafetensorsSpec spec;
+testkit::SafetensorsSpec every_dtype_safetensors_spec() {
+    testkit::SafetensorsSpec spec;
     spec.metadata = {{"format", "pt"}, {"note", "every dtype"}};
     for (const SafetensorsDtype& d : safetensors_dtypes()) {
         // 8 elements: a whole number of bytes for the 4- and 6-bit types too.
@@ -82,7 +82,7 @@ internal::SafetensorsSpec every_dtype_safetensors_spec() {
 
 std::vector<std::pair<std::string, std::vector<std::byte>>> gguf_fuzz_seeds() {
     auto bytes = [](const GgufSpec& spec) {
-        auto b = internal::gguf_bytes(spec);
+        auto b = testkit::gguf_bytes(spec);
         if (!b) throw std::runtime_error(b.error().message);
         return std::move(b).value();
     };
@@ -105,17 +105,17 @@ std::vector<std::pair<std::string, std::vector<std::byte>>> gguf_fuzz_seeds() {
 }
 
 std::vector<std::pair<std::string, std::vector<std::byte>>> safetensors_fuzz_seeds() {
-    internal::SafetensorsSpec small;
+    testkit::SafetensorsSpec small;
     small.tensors = {{"model.embed_tokens.weight", "BF16", {4, 2}, {}},
                      {"model.layers.0.mlp.experts.0.up_proj.weight", "F8_E4M3", {2, 2}, {}},
                      {"model.norm.weight", "F32", {2}, {}}};
-    internal::SafetensorsSpec empty;
+    testkit::SafetensorsSpec empty;
     return {
-        {"every_dtype", internal::safetensors_bytes(every_dtype_safetensors_spec())},
-        {"small", internal::safetensors_bytes(small)},
-        {"empty", internal::safetensors_bytes(empty)},
+        {"every_dtype", testkit::safetensors_bytes(every_dtype_safetensors_spec())},
+        {"small", testkit::safetensors_bytes(small)},
+        {"empty", testkit::safetensors_bytes(empty)},
         {"unknown_key",
-         internal::safetensors_bytes_from_header(
+         testkit::safetensors_bytes_from_header(
              R"({"w":{"dtype":"U8","shape":[3],"data_offsets":[0,3],"extra":{"k":[1,2]}},)"
              R"("__metadata__":{"a":"b"}})", 3)},
     };

@@ -14,13 +14,13 @@
 namespace wm::test {
 
 /// A few tensors (F32, F16, Q8_0, Q4_K) and metadata of every value type, nested arrays included.
-internal::GgufSpec small_gguf_spec(std::uint32_t version = 3, std::uint64_t alignment = 32);
+testkit::GgufSpec small_gguf_spec(std::uint32_t version = 3, std::uint64_t alignment = 32);
 
 /// One tensor of every ggml type, each of one block (two rows for the 1-element types).
-internal::GgufSpec every_type_gguf_spec(std::uint32_t version = 3, std::uint64_t alignment = 32);
+testkit::GgufSpec every_type_gguf_spec(std::uint32_t version = 3, std::uint64_t alignment = 32);
 
 /// One tensor of every safetensors dtype, with __metadata__.
-internal::SafetensorsSpec every_dtype_safetensors_spec();
+testkit::SafetensorsSpec every_dtype_safetensors_spec();
 
 /// The fuzz seeds: (file name, bytes), each a valid file of a few KiB at most. The names have
 /// no extension: .gitignore ignores *.gguf and *.safetensors, and libFuzzer needs none.

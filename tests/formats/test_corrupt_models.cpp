@@ -13,7 +13,7 @@
 #include "weightmap/formats.hpp"
 
 using namespace wm;
-using namespace wm::internal;
+using namespace wm::testkit;
 
 namespace {
 

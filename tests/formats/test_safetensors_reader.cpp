@@ -11,12 +11,12 @@
 
 #include "formats/model_invariants.hpp"
 #include "formats/sample_models.hpp"
-#include "internal/pattern.hpp"
+#include "testkit/pattern.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/formats.hpp"
 
 using namespace wm;
-using namespace wm::internal;
+using namespace wm::testkit;
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "testkit/synthetic_model.hpp"
 
 using namespace wm;
-using namespace wm::internal;
+using namespace wm::testkit;
 using nlohmann::json;
 
 namespace {

@@ -19,7 +19,7 @@
 #include "weightmap/formats.hpp"
 
 using namespace wm;
-using namespace wm::internal;
+using namespace wm::testkit;
 using nlohmann::json;
 
 namespace {

@@ -18,6 +18,7 @@
 namespace {
 
 using namespace wm;
+namespace sim = wm::testkit::sim;
 
 [[noreturn]] void fail() { __builtin_trap(); }
 

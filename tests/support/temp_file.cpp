@@ -25,7 +25,7 @@ TempFile::TempFile(std::uint64_t size, const std::string& suffix) : size_(size) 
     std::vector<std::byte> chunk(1 << 20);
     for (std::uint64_t done = 0; done < size;) {
         std::uint64_t n = std::min<std::uint64_t>(chunk.size(), size - done);
-        internal::fill_model_pattern(done, Span<std::byte>(chunk.data(), n));
+        testkit::fill_model_pattern(done, Span<std::byte>(chunk.data(), n));
         if (write(fd, chunk.data(), n) != static_cast<ssize_t>(n)) {
             close(fd);
             throw std::runtime_error("write failed for " + path_);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "internal/pattern.hpp"
+#include "testkit/pattern.hpp"
 
 namespace wm::test {
 
@@ -14,7 +14,7 @@ namespace wm::test {
 /// so a read displaced by any amount shows up (an `offset * 131 + (offset >> 12) * 7` byte, used
 /// before, repeated every 256 bytes and every MiB: a read_back that ignored its offset passed).
 inline std::uint8_t pattern_byte(std::uint64_t offset) {
-    return internal::model_pattern_byte(offset);
+    return testkit::model_pattern_byte(offset);
 }
 
 /// True when `bytes` are what a pattern file holds from `file_offset` on.

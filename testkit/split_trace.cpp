@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace wm::sim {
+namespace wm::testkit::sim {
 namespace {
 
 struct Line {
@@ -111,4 +111,4 @@ std::string format_split_trace(const Graph& graph) {
     return out + "end\n";
 }
 
-} // namespace wm::sim
+} // namespace wm::testkit::sim

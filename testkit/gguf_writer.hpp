@@ -13,7 +13,7 @@
 
 #include "weightmap/result.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 
 /// GGUF metadata value types (gguf.h's gguf_type).
 enum class GgufType : std::uint32_t {
@@ -126,4 +126,4 @@ Result<GgufSplit> write_gguf_split(const std::string& prefix, const GgufSpec& sp
 /// PREFIX-%05d-of-%05d.gguf for shard `no` (1-based) of `count`.
 std::string gguf_split_path(const std::string& prefix, std::uint32_t no, std::uint32_t count);
 
-} // namespace wm::internal
+} // namespace wm::testkit

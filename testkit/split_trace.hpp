@@ -17,7 +17,7 @@
 #include "testkit/split_sim.hpp"
 #include "weightmap/result.hpp"
 
-namespace wm::sim {
+namespace wm::testkit::sim {
 
 /// The graphs of a trace, in order, without regions (allocate_regions() makes them). Errors
 /// (ErrorKind::format) name `source`, the line and the field.
@@ -26,4 +26,4 @@ Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_
 /// One graph in the trace format (what the patched scheduler writes), for tests.
 std::string format_split_trace(const Graph& graph);
 
-} // namespace wm::sim
+} // namespace wm::testkit::sim

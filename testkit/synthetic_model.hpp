@@ -9,7 +9,7 @@
 
 #include "testkit/gguf_writer.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 
 struct SyntheticModelOptions {
     enum class Shape { dense, moe };
@@ -37,4 +37,4 @@ struct SyntheticModel {
 
 SyntheticModel make_synthetic_model(const SyntheticModelOptions& options);
 
-} // namespace wm::internal
+} // namespace wm::testkit

@@ -12,7 +12,7 @@
 
 #include "weightmap/model.hpp"
 
-namespace wm::bench {
+namespace wm::testkit {
 
 /// Target indices of every layout: 0 is the device (an HSA-like importer: page alignment,
 /// writable mapping, no size limit), 1 the CPU.
@@ -63,4 +63,4 @@ Layout adversarial_gaps(std::size_t tensors);
 /// Sum of the sizes of the tensors on `target`.
 std::uint64_t bytes_on(const ModelDesc& model, std::uint32_t target);
 
-} // namespace wm::bench
+} // namespace wm::testkit

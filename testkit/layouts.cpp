@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace wm::bench {
+namespace wm::testkit {
 namespace {
 
 constexpr std::uint64_t gguf_alignment = 32; // general.alignment default
@@ -238,4 +238,4 @@ std::uint64_t bytes_on(const ModelDesc& model, std::uint32_t target) {
     return total;
 }
 
-} // namespace wm::bench
+} // namespace wm::testkit

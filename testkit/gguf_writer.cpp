@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/pattern.hpp"
+#include "testkit/pattern.hpp"
 #include "weightmap/formats.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 
 GgufValue GgufValue::scalar(GgufType type, std::uint64_t bits) {
     GgufValue v;
@@ -286,4 +286,4 @@ Result<GgufSplit> write_gguf_split(const std::string& prefix, const GgufSpec& sp
     return split;
 }
 
-} // namespace wm::internal
+} // namespace wm::testkit

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include "weightmap/span.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 
 /// Top byte of o times the 64-bit golden-ratio constant: every bit of the offset moves it, so
 /// a read displaced by a page, a MiB or a GiB shows up (a plain `o * k` byte would repeat every
@@ -36,4 +36,4 @@ inline std::size_t find_pattern_mismatch(std::uint64_t offset,
     return bytes.size();
 }
 
-} // namespace wm::internal
+} // namespace wm::testkit

@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "internal/pattern.hpp"
+#include "testkit/pattern.hpp"
 #include "weightmap/formats.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 namespace {
 
 std::uint64_t dtype_size(const SafetensorsTensorSpec& t) {
@@ -122,4 +122,4 @@ Status write_safetensors_index(const std::string& path,
     return {};
 }
 
-} // namespace wm::internal
+} // namespace wm::testkit

@@ -8,7 +8,7 @@
 
 #include "weightmap/formats.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 namespace {
 
 constexpr std::uint32_t F32 = 0, Q4_K = 12, Q6_K = 14;
@@ -154,4 +154,4 @@ SyntheticModel make_synthetic_model(const SyntheticModelOptions& o) {
     return m;
 }
 
-} // namespace wm::internal
+} // namespace wm::testkit

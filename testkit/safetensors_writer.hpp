@@ -13,7 +13,7 @@
 #include "testkit/gguf_writer.hpp" // DataFill
 #include "weightmap/result.hpp"
 
-namespace wm::internal {
+namespace wm::testkit {
 
 struct SafetensorsTensorSpec {
     std::string name;
@@ -55,4 +55,4 @@ Status write_safetensors_index(const std::string& path,
                                const std::vector<std::pair<std::string, std::string>>& weight_map,
                                std::uint64_t total_size);
 
-} // namespace wm::internal
+} // namespace wm::testkit

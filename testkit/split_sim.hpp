@@ -27,7 +27,7 @@
 
 #include "weightmap/split_sync.hpp"
 
-namespace wm::sim {
+namespace wm::testkit::sim {
 
 /// splitmix64: a tiny PRNG with the same stream on every compiler and standard library.
 class Rng {
@@ -180,4 +180,4 @@ inline constexpr std::uint64_t corpus_size = 10000;
 SplitDesc make_split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs = 0,
                      BackendMask from = 0, bool copies_async = true, bool writes_read_later = false);
 
-} // namespace wm::sim
+} // namespace wm::testkit::sim

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <bit>
 
-namespace wm::sim {
+namespace wm::testkit::sim {
 
 namespace {
 
@@ -665,4 +665,4 @@ void RuleTotals::add(const SimResult& r) {
     failures += r.policy_failure.empty() ? 0 : 1;
 }
 
-} // namespace wm::sim
+} // namespace wm::testkit::sim
