@@ -76,10 +76,9 @@ MappingDecision decide_mapping_for_policies(const ModelDesc& model,
     return decide_mapping(paths, importing, ImportPolicy::always); // already filtered
 }
 
-} // namespace
-
-Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
-                               const LoadOptions& options) {
+// The files: one importer per target, a path per file.
+Result<std::vector<std::string>> checked_paths(const ModelDesc& model,
+                                               Span<Importer* const> importers) {
     if (importers.size() != model.targets.size())
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("load_model: {} importers given for {} targets",
@@ -91,32 +90,38 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                               fmt::format("load_model: file {} has no path", i));
         paths.push_back(model.files[i].path);
     }
+    return paths;
+}
 
-    LoadedModel loaded;
-    LoadedModel::Impl& impl = *loaded.impl_;
-    // The control arm maps exactly as an engine without imports would: read-only.
+// Decide the mapping. The control arm maps exactly as an engine without imports would: read-only.
+MappingDecision decide_load_mapping(const ModelDesc& model, const std::vector<std::string>& paths,
+                                    Span<Importer* const> importers, const PlanOptions& options) {
     std::string disabled;
-    if (internal::import_switch_enabled(options.plan.import_enabled, &disabled)) {
-        impl.decision = decide_mapping_for_policies(model, paths, importers, options.plan);
-    } else {
-        impl.decision.access = MappingAccess::read_only;
-        impl.decision.reason = "read-only: import " + disabled;
-    }
+    if (internal::import_switch_enabled(options.import_enabled, &disabled))
+        return decide_mapping_for_policies(model, paths, importers, options);
+    MappingDecision decision;
+    decision.access = MappingAccess::read_only;
+    decision.reason = "read-only: import " + disabled;
+    return decision;
+}
 
-    MappingOptions mapping_options = options.mapping;
-    if (mapping_options.base_alignment == 0) {
+// Map: base_alignment 0 asks for the largest importer alignment above a page.
+Result<MappedModel> map_files(const std::vector<std::string>& paths, MappingAccess access,
+                              Span<Importer* const> importers, MappingOptions options) {
+    if (options.base_alignment == 0) {
         for (Importer* importer : importers)
             if (importer != nullptr)
-                mapping_options.base_alignment =
-                    std::max(mapping_options.base_alignment, importer->caps().alignment);
-        if (mapping_options.base_alignment <= host_page_size()) mapping_options.base_alignment = 0;
+                options.base_alignment =
+                    std::max(options.base_alignment, importer->caps().alignment);
+        if (options.base_alignment <= host_page_size()) options.base_alignment = 0;
     }
-    auto mapped = MappedModel::open(paths, impl.decision.access, mapping_options);
-    if (!mapped) return std::move(mapped).error();
-    impl.mapping = std::move(mapped).value();
+    return MappedModel::open(paths, access, options);
+}
 
-    // The real sizes are the truth; a tensor past the end would read beyond the mapping.
-    auto sizes = impl.mapping.file_sizes();
+// The real sizes are the truth: a size of 0 is filled from them, and a tensor past the end
+// would read beyond the mapping.
+Status check_file_sizes(ModelDesc& model, Span<const std::uint64_t> sizes,
+                        const std::vector<std::string>& paths) {
     for (std::size_t i = 0; i < model.files.size(); ++i) {
         if (model.files[i].size == 0) model.files[i].size = sizes[i];
         if (model.files[i].size != sizes[i])
@@ -131,61 +136,90 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                           "tensor ends at {}", paths[t.file], t.name,
                                           sizes[t.file], t.offset + t.size));
     }
+    return {};
+}
+
+// On a read-only mapping the regions of importers that need writable pages fall back.
+void fall_back_needing_writable(Plan& plan, Span<Importer* const> importers,
+                                const MappingDecision& decision) {
+    for (std::uint32_t r = 0; r < plan.regions.size(); ++r) {
+        const PlanRegion& region = plan.regions[r];
+        Importer* importer = importers[region.target];
+        if (region.decision != Decision::import || importer == nullptr) continue;
+        if (!importer->caps().needs_writable_mapping) continue;
+        internal::fall_back_region(
+            plan, r,
+            decision.unwritable_path.empty()
+                ? fmt::format("{} importer needs a writable mapping: {}", importer->name(),
+                              decision.reason)
+                : fmt::format("weight file not writable: {}", decision.unwritable_path));
+    }
+}
+
+// The importers holding an import now that refuse PROT_READ, quoted: a region may keep some
+// runs and lose others, so the placement says who holds what.
+std::string reprotect_blockers(const Placement& placement, Span<Importer* const> importers) {
+    std::set<Importer*> holders;
+    for (std::size_t i = 0; i < placement.import_count(); ++i)
+        if (Importer* importer = importers[placement.import_at(i).target]) holders.insert(importer);
+    std::string blockers;
+    for (Importer* importer : holders)
+        if (!importer->caps().survives_read_only_reprotect)
+            blockers += fmt::format("{}'{}'", blockers.empty() ? "" : ", ", importer->name());
+    return blockers;
+}
+
+// On a writable mapping, after importing: back to PROT_READ where every holder allows it. The
+// note says what happened.
+std::string reprotect_after_import(MappedModel& mapping, const Placement& placement,
+                                   Span<Importer* const> importers, const LoadOptions& options) {
+    if (!options.reprotect_read_only)
+        return "left writable: LoadOptions::reprotect_read_only is off";
+    if (std::string blockers = reprotect_blockers(placement, importers); !blockers.empty())
+        return fmt::format("left writable: importer {} does not declare that its imports survive "
+                           "PROT_READ", blockers);
+    if (Status s = mapping.make_read_only(); !s) {
+        std::string note = fmt::format("left writable: {}", s.error().message);
+        log_message(options.execute.log, LogLevel::warning, note);
+        return note;
+    }
+    return "re-protected PROT_READ after importing";
+}
+
+} // namespace
+
+Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
+                               const LoadOptions& options) {
+    auto paths = checked_paths(model, importers);
+    if (!paths) return std::move(paths).error();
+    LoadedModel loaded;
+    LoadedModel::Impl& impl = *loaded.impl_;
+    impl.decision = decide_load_mapping(model, *paths, importers, options.plan);
+    auto mapped = map_files(*paths, impl.decision.access, importers, options.mapping);
+    if (!mapped) return std::move(mapped).error();
+    impl.mapping = std::move(mapped).value();
+    if (Status s = check_file_sizes(model, impl.mapping.file_sizes(), *paths); !s)
+        return std::move(s).error();
     impl.model = std::move(model);
 
     auto planned = make_plan(impl.model, options.plan);
     if (!planned) return std::move(planned).error();
     Plan plan = std::move(planned).value();
-
-    if (impl.mapping.access() == MappingAccess::read_only) {
-        for (std::uint32_t r = 0; r < plan.regions.size(); ++r) {
-            const PlanRegion& region = plan.regions[r];
-            Importer* importer = importers[region.target];
-            if (region.decision != Decision::import || importer == nullptr) continue;
-            if (!importer->caps().needs_writable_mapping) continue;
-            internal::fall_back_region(
-                plan, r,
-                impl.decision.unwritable_path.empty()
-                    ? fmt::format("{} importer needs a writable mapping: {}", importer->name(),
-                                  impl.decision.reason)
-                    : fmt::format("weight file not writable: {}", impl.decision.unwritable_path));
-        }
-    }
-
+    if (impl.mapping.access() == MappingAccess::read_only)
+        fall_back_needing_writable(plan, importers, impl.decision);
     if (options.populate) {
         auto populated = populate_imports(impl.model, plan, impl.mapping.files(),
                                           options.populate_options);
         if (!populated) return std::move(populated).error();
         impl.populate = *populated;
     }
-
     auto placed = execute_plan(impl.model, std::move(plan), impl.mapping.files(), importers,
                                options.execute);
     if (!placed) return std::move(placed).error(); // ~LoadedModel unmaps
     impl.placement = std::move(placed).value();
-
-    if (impl.mapping.access() == MappingAccess::writable) {
-        // The importers that hold an import now: a region may keep some runs and lose others.
-        std::set<Importer*> holders;
-        for (std::size_t i = 0; i < impl.placement.import_count(); ++i)
-            if (Importer* importer = importers[impl.placement.import_at(i).target])
-                holders.insert(importer);
-        std::string blockers;
-        for (Importer* importer : holders)
-            if (!importer->caps().survives_read_only_reprotect)
-                blockers += fmt::format("{}'{}'", blockers.empty() ? "" : ", ", importer->name());
-        if (!options.reprotect_read_only) {
-            impl.reprotect_note = "left writable: LoadOptions::reprotect_read_only is off";
-        } else if (!blockers.empty()) {
-            impl.reprotect_note = fmt::format("left writable: importer {} does not declare that "
-                                              "its imports survive PROT_READ", blockers);
-        } else if (Status s = impl.mapping.make_read_only(); !s) {
-            impl.reprotect_note = fmt::format("left writable: {}", s.error().message);
-            log_message(options.execute.log, LogLevel::warning, impl.reprotect_note);
-        } else {
-            impl.reprotect_note = "re-protected PROT_READ after importing";
-        }
-    }
+    if (impl.mapping.access() == MappingAccess::writable)
+        impl.reprotect_note =
+            reprotect_after_import(impl.mapping, impl.placement, importers, options);
     return loaded;
 }
 

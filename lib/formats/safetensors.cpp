@@ -354,9 +354,10 @@ bool run_sax(std::string_view text, Sax& sax) {
 
 } // namespace
 
-Result<ParsedFile> parse_safetensors_file(const Source& source, std::string path,
-                                          std::uint64_t size, const ReadLimits& limits) {
-    Cursor c(source, path, size);
+namespace {
+
+// The JSON header's text: its length checked against the limit and the file, no NUL inside.
+Result<std::string> read_header_text(Cursor& c, std::uint64_t size, const ReadLimits& limits) {
     std::uint64_t n = 0;
     if (Status s = c.get(n, "header_length"); !s) return std::move(s).error();
     if (n > limits.max_json_bytes)
@@ -377,7 +378,12 @@ Result<ParsedFile> parse_safetensors_file(const Source& source, std::string path
     // it too, so no tensor can hide behind a NUL from one of the two parsers.
     if (std::size_t nul = text.find('\0'); nul != std::string::npos)
         return c.error_at(8 + nul, "header", "the JSON header holds a NUL byte");
+    return text;
+}
 
+// The header's tensors as the SAX parser read them; an error points at the byte it blames.
+Result<std::vector<RawTensor>> parse_header_json(Cursor& c, const std::string& text,
+                                                 const ReadLimits& limits) {
     HeaderSax sax(limits);
     const bool parsed = run_sax(text, sax);
     if (!parsed || sax.error) {
@@ -386,6 +392,63 @@ Result<ParsedFile> parse_safetensors_file(const Source& source, std::string path
             at = find_key(text, sax.tensors.back().name).value_or(0);
         return c.error_at(8 + at, "header", sax.error.value_or("malformed JSON"), sax.error_kind);
     }
+    return std::move(sax.tensors);
+}
+
+// File offset of each tensor's key, for messages. Keys appear in document order, so one forward
+// scan finds them all (a search per tensor from the start would be quadratic).
+std::vector<std::uint64_t> key_positions(std::string_view text,
+                                         const std::vector<RawTensor>& tensors) {
+    std::vector<std::uint64_t> key_pos;
+    key_pos.reserve(tensors.size());
+    std::size_t scan = 0;
+    for (const RawTensor& raw : tensors) {
+        std::optional<std::size_t> at = find_key(text.substr(scan), raw.name);
+        key_pos.push_back(8 + (at ? scan + *at : 0));
+        if (at) scan += *at + raw.name.size() + 2;
+    }
+    return key_pos;
+}
+
+// One header entry as a tensor: a known dtype, data_offsets that hold exactly its shape's bytes.
+// `blame` is the byte of its key.
+Result<TensorInfo> to_tensor_info(Cursor& c, RawTensor& raw, std::uint64_t data_offset,
+                                  std::uint64_t blame) {
+    const std::string field = fmt::format("header {}", quote_name(raw.name));
+    if (find_safetensors_dtype(*raw.dtype) == nullptr)
+        return c.error_at(blame, field, fmt::format("unknown dtype {}", quote_name(*raw.dtype)));
+    auto bytes = safetensors_tensor_bytes(*raw.dtype, *raw.shape);
+    if (!bytes) return c.error_at(blame, field, bytes.error().message);
+    const std::uint64_t begin = (*raw.offsets)[0], end = (*raw.offsets)[1];
+    if (end < begin)
+        return c.error_at(blame, field,
+                          fmt::format("data_offsets [{}, {}) end before they begin", begin, end));
+    if (end - begin != *bytes)
+        return c.error_at(blame, field,
+                          fmt::format("data_offsets [{}, {}) hold {} bytes, but {} of shape "
+                                      "[{}] takes {}", begin, end, end - begin, *raw.dtype,
+                                      fmt::join(*raw.shape, ", "), *bytes));
+    TensorInfo t;
+    if (add_overflows(data_offset, begin, t.offset))
+        return c.error_at(blame, field,
+                          fmt::format("data offset {} + {} overflows 64 bits", data_offset, begin));
+    t.size = *bytes;
+    t.name = std::move(raw.name);
+    t.type = std::move(*raw.dtype);
+    t.shape = std::move(*raw.shape);
+    return t;
+}
+
+} // namespace
+
+Result<ParsedFile> parse_safetensors_file(const Source& source, std::string path,
+                                          std::uint64_t size, const ReadLimits& limits) {
+    Cursor c(source, path, size);
+    auto text = read_header_text(c, size, limits);
+    if (!text) return std::move(text).error();
+    auto raw_tensors = parse_header_json(c, *text, limits);
+    if (!raw_tensors) return std::move(raw_tensors).error();
+    const std::vector<std::uint64_t> key_pos = key_positions(*text, *raw_tensors);
 
     ParsedFile out;
     out.file.path = path;
@@ -393,51 +456,16 @@ Result<ParsedFile> parse_safetensors_file(const Source& source, std::string path
     out.file.format = ModelFormat::safetensors;
     out.file.version = 0;
     out.file.alignment = 1;
-    out.file.data_offset = 8 + n;
-    out.file.tensor_count = sax.tensors.size();
-    // Where each tensor's key is, for messages. Keys appear in document order, so one forward
-    // scan finds them all (a search per tensor from the start would be quadratic).
-    std::vector<std::uint64_t> key_pos;
-    key_pos.reserve(sax.tensors.size());
-    std::size_t scan = 0;
-    for (const RawTensor& raw : sax.tensors) {
-        std::optional<std::size_t> at = find_key(std::string_view(text).substr(scan), raw.name);
-        key_pos.push_back(8 + (at ? scan + *at : 0));
-        if (at) scan += *at + raw.name.size() + 2;
+    out.file.data_offset = 8 + text->size();
+    out.file.tensor_count = raw_tensors->size();
+    out.tensors.reserve(raw_tensors->size());
+    for (std::size_t i = 0; i < raw_tensors->size(); ++i) {
+        auto t = to_tensor_info(c, (*raw_tensors)[i], out.file.data_offset, key_pos[i]);
+        if (!t) return std::move(t).error();
+        out.tensors.push_back(std::move(t).value());
     }
-    std::vector<TensorExtent> extents;
-    extents.reserve(sax.tensors.size());
-    out.tensors.reserve(sax.tensors.size());
-    for (std::size_t i = 0; i < sax.tensors.size(); ++i) {
-        RawTensor& raw = sax.tensors[i];
-        const std::uint64_t blame = key_pos[i];
-        const std::string field = fmt::format("header {}", quote_name(raw.name));
-        if (find_safetensors_dtype(*raw.dtype) == nullptr)
-            return c.error_at(blame, field,
-                              fmt::format("unknown dtype {}", quote_name(*raw.dtype)));
-        auto bytes = safetensors_tensor_bytes(*raw.dtype, *raw.shape);
-        if (!bytes) return c.error_at(blame, field, bytes.error().message);
-        const std::uint64_t begin = (*raw.offsets)[0], end = (*raw.offsets)[1];
-        if (end < begin)
-            return c.error_at(blame, field,
-                              fmt::format("data_offsets [{}, {}) end before they begin", begin,
-                                          end));
-        if (end - begin != *bytes)
-            return c.error_at(blame, field,
-                              fmt::format("data_offsets [{}, {}) hold {} bytes, but {} of shape "
-                                          "[{}] takes {}", begin, end, end - begin, *raw.dtype,
-                                          fmt::join(*raw.shape, ", "), *bytes));
-        TensorInfo t;
-        if (add_overflows(out.file.data_offset, begin, t.offset))
-            return c.error_at(blame, field,
-                              fmt::format("data offset {} + {} overflows 64 bits",
-                                          out.file.data_offset, begin));
-        t.size = *bytes;
-        t.name = std::move(raw.name);
-        t.type = std::move(*raw.dtype);
-        t.shape = std::move(*raw.shape);
-        out.tensors.push_back(std::move(t));
-    }
+    std::vector<TensorExtent> extents; // their names view out.tensors, complete by now
+    extents.reserve(out.tensors.size());
     for (std::size_t i = 0; i < out.tensors.size(); ++i) {
         const TensorInfo& t = out.tensors[i];
         extents.push_back({t.offset, t.size, key_pos[i], t.name,
