@@ -2,7 +2,6 @@
 // The importer table. The only place in the library where build options select code (#if).
 #include "weightmap/registry.hpp"
 
-#include <array>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,7 +14,9 @@ namespace {
 
 std::unique_ptr<Importer> create_cpu() { return make_cpu_importer(); }
 
-const std::array<ImporterEntry, 4> table = {{
+// Sized by its rows: adding an importer is its row here, its folder and its build option; every
+// list of names (create_importer's message, wm-load's --importer) is read from this table.
+const ImporterEntry table[] = {
 #if WEIGHTMAP_HAVE_HSA
     {"hsa", true, {}, true, &create_default_hsa_importer},
 #else
@@ -35,7 +36,14 @@ const std::array<ImporterEntry, 4> table = {{
                       "libvulkan-dev)", false, nullptr},
 #endif
     {"cpu", true, {}, false, &create_cpu},
-}};
+};
+
+// "hsa, cuda, vulkan, cpu, auto": every name create_importer accepts.
+std::string known_names() {
+    std::string names;
+    for (const ImporterEntry& entry : table) names += fmt::format("{}, ", entry.name);
+    return names + "auto";
+}
 
 } // namespace
 
@@ -65,7 +73,7 @@ Result<std::unique_ptr<Importer>> create_importer(std::string_view name) {
         return make_error(ErrorKind::unsupported,
                           fmt::format("no importer is available ({})", refusals));
     return make_error(ErrorKind::invalid_argument,
-                      fmt::format("unknown importer '{}' (known: hsa, cuda, vulkan, cpu, auto)", name));
+                      fmt::format("unknown importer '{}' (known: {})", name, known_names()));
 }
 
 } // namespace wm

@@ -445,6 +445,7 @@ TEST_CASE("registry: CPU last, always available; unknown names are errors", "[re
     auto unknown = create_importer("metal");
     REQUIRE_FALSE(unknown.ok());
     CHECK_THAT(unknown.error().message, Catch::Contains("unknown importer 'metal'"));
+    CHECK_THAT(unknown.error().message, Catch::EndsWith("(known: hsa, cuda, vulkan, cpu, auto)"));
     auto any = create_importer("auto");
     REQUIRE(any.ok());
     CHECK(any.value()->available().available);

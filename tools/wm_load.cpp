@@ -109,12 +109,21 @@ struct Args {
     std::vector<std::string> paths;
 };
 
+// Every name wm::create_importer accepts: "auto", then the registry's in its order.
+std::vector<std::string> importer_choices() {
+    std::vector<std::string> names = {"auto"};
+    for (const wm::ImporterEntry& entry : wm::importer_registry()) names.emplace_back(entry.name);
+    return names;
+}
+
 // Parses the command line into `args`. Returns the exit status when wm-load stops here
 // (--help, or a parse error).
 std::optional<int> parse_args(int argc, char** argv, Args& args) {
     CLI::App app{"wm-load: load a model through libweightmap, verify it, report its memory", "wm-load"};
-    app.add_option("--importer", args.importer_name, "auto|cpu|vulkan|hsa|cuda (auto: first available)")
-        ->check(CLI::IsMember({"auto", "cpu", "vulkan", "hsa", "cuda"}));
+    const std::vector<std::string> importers = importer_choices();
+    app.add_option("--importer", args.importer_name,
+                   fmt::format("{} (auto: first available)", fmt::join(importers, "|")))
+        ->check(CLI::IsMember(importers));
     app.add_flag("--copy", args.copy_arm, "control arm: copy device tensors instead of importing");
     app.add_flag("--json", args.json, "print one JSON object");
     app.add_flag("--no-populate", args.no_populate,

@@ -2,8 +2,9 @@
 // registry.hpp - the one explicit table of importers this build knows.
 //
 // No static self-registration (a linker drops unreferenced objects from static libraries, and the
-// importer silently vanishes). Order is preference: hsa, cuda (the native APIs), vulkan, then the CPU
-// passthrough last as the fallback that is always available.
+// importer silently vanishes). Order is preference: the native APIs (HSA, CUDA), then Vulkan, then
+// the CPU passthrough last as the fallback that is always available. Every list of importer names
+// (create_importer's message, wm-load --importer) is read from this table.
 #pragma once
 
 #include <memory>
@@ -17,7 +18,7 @@
 namespace wm {
 
 struct ImporterEntry {
-    std::string_view name;       ///< "hsa", "cuda", "vulkan", "cpu"
+    std::string_view name;       ///< what create_importer() takes, e.g. "cpu"
     bool built = false;          ///< compiled into this build (Meson feature option)
     std::string_view build_note; ///< when !built: which option or package was missing
     /// Static caps: an importer of this entry may ask for a writable mapping (HSA locks

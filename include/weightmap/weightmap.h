@@ -204,7 +204,7 @@ WM_API wm_status wm_importer_create_custom(const wm_importer_vtable* vtable, voi
 /* One entry of the build's importer table (registry.hpp), in preference order, CPU last. */
 typedef struct wm_registry_entry {
     uint32_t struct_size;
-    const char* name;       /* "hsa", "cuda", "vulkan", "cpu"; static storage */
+    const char* name;       /* what wm_importer_create takes, e.g. "cpu"; static storage */
     bool built;             /* compiled into this build */
     const char* build_note; /* when !built: which option or package was missing; static; "" */
 } wm_registry_entry;
