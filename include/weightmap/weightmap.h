@@ -9,7 +9,10 @@
  * one device buffer around each. An engine plugs in its own importer with a table of function
  * pointers (wm_importer_vtable), e.g. one that calls its backend's buffer_from_host_ptr.
  *
- * Conventions, for every function below:
+ * This is the core every importer shares. A backend's own C entry points (params, a factory
+ * with options, backend-only calls) are in backends/<name>.h: backends/cuda.h for wm_cuda_*.
+ *
+ * Conventions, for every function below (and in backends/<name>.h):
  *  - Fallible calls return wm_status. On failure the out-parameters are left untouched (a handle
  *    out-parameter is not written) and wm_last_error() returns the reason, naming the function,
  *    the argument or field and the numbers involved. No call aborts on a caller's mistake: NULL
@@ -236,32 +239,6 @@ WM_API bool wm_importer_available(wm_importer* importer, const char** reason);
 WM_API wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer* buffer,
                                        uint64_t offset, uint64_t size, void* dst);
 
-/* The CUDA importer (backends/cuda.hpp): cuMemHostRegister of the weight mapping, read-only where
- * the device supports it. Needs no CUDA header: a context is its CUcontext pointer value. */
-typedef struct wm_cuda_importer_params {
-    uint32_t struct_size;
-    /* The driver to dlopen; NULL or "": $WEIGHTMAP_CUDA_LIBRARY, else "libcuda.so.1". Copied. */
-    const char* library_path;
-    /* The engine's CUcontext (kept alive by the engine for the importer's lifetime); 0: the
-     * primary context of device_ordinal, retained on first use. */
-    uint64_t context;
-    int32_t device_ordinal;        /* default 0; must be >= 0 */
-    /* A discrete device is unavailable unless true (every kernel read of an import crosses the
-     * bus); default false. */
-    bool allow_discrete;
-    /* WM_DEVICE_MEMORY_UNKNOWN (default): from the device's attributes. */
-    wm_device_memory device_memory;
-} wm_cuda_importer_params;
-
-/* Fills the defaults and struct_size. */
-WM_API void wm_cuda_importer_params_init(wm_cuda_importer_params* params);
-/* Makes a CUDA importer (params may be NULL: the defaults). A missing driver or device is not a
- * failure: the importer says why in wm_importer_available. Fails with WM_ERROR_INVALID_ARGUMENT
- * for unusable params (a negative ordinal, a context the driver refuses), WM_ERROR_UNSUPPORTED in
- * a build without the CUDA importer. */
-WM_API wm_status wm_importer_create_cuda(const wm_cuda_importer_params* params,
-                                         wm_importer** out);
-
 /* --- the model description ------------------------------------------------------------------- */
 
 typedef struct wm_model wm_model;
@@ -462,27 +439,6 @@ typedef struct wm_placement_import {
 WM_API uint32_t wm_placement_import_count(const wm_placement* placement);
 WM_API wm_status wm_placement_get_import(const wm_placement* placement, uint32_t index,
                                          wm_placement_import* out);
-
-typedef struct wm_cuda_pin_report {
-    uint32_t struct_size;
-    uint64_t ranges;          /* registrations made */
-    uint64_t bytes;           /* bytes page-locked */
-    uint64_t tensors;         /* fallback tensors considered */
-    uint64_t refused_ranges;  /* ranges the driver refused (they stay pageable) */
-    char first_refusal[512];  /* the first refusal's reason, truncated; "" when none */
-} wm_cuda_pin_report;
-
-/* For a discrete device: page-locks the fallback tensors of `placement` on `target`
- * (WM_NO_INDEX: every non-CPU target) so the engine's own host-to-device copies from the
- * mapping are DMA transfers (backends/cuda.hpp, cuda_pin_fallbacks). The pins belong to the
- * placement: wm_placement_release_all / wm_placement_destroy unregister them before its imports.
- * `cuda` must come from wm_importer_create_cuda (or the registry's "cuda") and outlive the
- * placement; `model` and `files` are the ones the placement was executed with. `out` may be
- * NULL. */
-WM_API wm_status wm_cuda_pin_fallbacks(wm_importer* cuda, wm_placement* placement,
-                                       const wm_model* model, const wm_mapped_file* files,
-                                       uint32_t file_count, uint32_t target,
-                                       wm_cuda_pin_report* out);
 
 /* --- the mapping policy ---------------------------------------------------------------------- */
 

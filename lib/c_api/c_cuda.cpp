@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The CUDA importer and its DMA pins from C (backends/cuda.hpp).
+// The CUDA importer and its DMA pins from C: backends/cuda.h over backends/cuda.hpp.
 #include <cstdio>
 
 #include "c_api.hpp"
+#include "weightmap/backends/cuda.h"
 #include "weightmap/backends/cuda.hpp"
 
 using namespace wm::c_api;

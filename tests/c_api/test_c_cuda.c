@@ -8,6 +8,8 @@
 
 #include <dlfcn.h> /* after c_check.h, which sets _POSIX_C_SOURCE */
 
+#include "weightmap/backends/cuda.h" /* wm_cuda_*: not in the core weightmap.h */
+
 #ifndef WEIGHTMAP_FAKE_CUDA_PATH
 #error "tests/c_api/meson.build passes the fake driver's path"
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* A C99 engine using libweightmap through weightmap.h, built from an installed prefix with
- * `pkg-config --cflags --libs weightmap`. Plans a small model, checks the totals against its own
- * arithmetic, executes the plan with CPU importers over an anonymous mapping and checks where
- * every tensor landed. Exits 1 on any failed check. The same model as ../cpp/consumer.cpp. */
+/* A C99 engine using libweightmap through weightmap.h (and backends/cuda.h), built from an
+ * installed prefix with `pkg-config --cflags --libs weightmap`. Plans a small model, checks the
+ * totals against its own arithmetic, executes the plan with CPU importers over an anonymous
+ * mapping and checks where every tensor landed. Exits 1 on any failed check. The same model as
+ * ../cpp/consumer.cpp. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, sysconf under -std=c99 */
 
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <weightmap/backends/cuda.h> /* a backend's own C entries: installed beside the core */
 #include <weightmap/weightmap.h>
 
 #define DEV 0u /* a device-like target, served by a CPU importer */
@@ -198,6 +200,11 @@ int main(void) {
 
     layout(page, t);
     check(wm_version() == WM_VERSION_NUMBER, "wm_version() == WM_VERSION_NUMBER");
+    {
+        wm_cuda_importer_params cuda_params;
+        wm_cuda_importer_params_init(&cuda_params);
+        check(cuda_params.struct_size == sizeof cuda_params, "wm_cuda_importer_params_init");
+    }
     check(wm_importer_create_cpu(&importers[DEV]) == WM_OK, "wm_importer_create_cpu (DEV)");
     check(wm_importer_create_cpu(&importers[CPU]) == WM_OK, "wm_importer_create_cpu (CPU)");
     model = importers[CPU] ? make_model(page, t, importers[CPU]) : NULL;
