@@ -213,9 +213,10 @@ private:
     std::vector<unsigned char> staging_;
 };
 
-// Copies every device tensor that was not imported; counts imported, fallback and copied
-// bytes. On a failed copy, reports it and returns false.
-bool copy_fallback_tensors(const wm::LoadedModel& loaded, DeviceCopies& copies, Counts& counts) {
+// Copies every device tensor that was not imported into a device buffer, one tensor at a time as
+// an engine's loader does (not the library's parallel-pread copy_fallback_tensors); counts
+// imported, fallback and copied bytes. On a failed copy, reports it and returns false.
+bool copy_fallbacks_to_device(const wm::LoadedModel& loaded, DeviceCopies& copies, Counts& counts) {
     const wm::ModelDesc& model = loaded.model();
     std::uint64_t to_copy = 0;
     for (std::uint32_t i = 0; i < model.tensors.size(); ++i)
@@ -468,7 +469,7 @@ int main(int argc, char** argv) {
     if (!loaded) return fail(loaded.error().message);
     Counts counts;
     DeviceCopies copies(importer);
-    if (!copy_fallback_tensors(loaded.value(), copies, counts)) return 1;
+    if (!copy_fallbacks_to_device(loaded.value(), copies, counts)) return 1;
     if (auto cuda = wm::cuda_importer_state(importer)) counts.cuda = std::move(cuda).value();
     LoadCost cost;
     cost.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

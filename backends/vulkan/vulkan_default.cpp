@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "internal/backend_factories.hpp"
-#include "vk_result.hpp"
+#include "vulkan_result.hpp"
 #include "vulkan_importer.hpp"
 
 namespace wm {
@@ -23,7 +23,7 @@ namespace {
 constexpr const char* loader_name = "libvulkan.so.1";
 
 // What the default importer owns, destroyed after the importer freed everything it made.
-class OwnedDevice final : public vk::OwnedVulkan {
+class OwnedDevice final : public vulkan::OwnedVulkan {
 public:
     ~OwnedDevice() override {
         if (device != VK_NULL_HANDLE && destroy_device != nullptr) destroy_device(device, nullptr);
@@ -39,7 +39,7 @@ public:
 };
 
 std::unique_ptr<Importer> unavailable(std::string reason) {
-    return std::make_unique<vk::VulkanImporter>(std::move(reason));
+    return std::make_unique<vulkan::VulkanImporter>(std::move(reason));
 }
 
 template <class Fn>
@@ -104,7 +104,7 @@ Status create_instance(PFN_vkGetInstanceProcAddr gipa, OwnedDevice& owned) {
     instance_info.pApplicationInfo = &app;
     if (VkResult r = create(&instance_info, nullptr, &owned.instance); r != VK_SUCCESS) {
         owned.instance = VK_NULL_HANDLE;
-        return refused(fmt::format("vkCreateInstance failed: {}", vk::result_name(r)));
+        return refused(fmt::format("vkCreateInstance failed: {}", vulkan::result_name(r)));
     }
     owned.destroy_instance =
         instance_fn<PFN_vkDestroyInstance>(gipa, owned.instance, "vkDestroyInstance");
@@ -140,7 +140,8 @@ Result<std::vector<VkPhysicalDevice>> physical_devices(const InstanceFns& fns,
     std::vector<VkPhysicalDevice> devices(count);
     if (r == VK_SUCCESS && count != 0) r = fns.enumerate_devices(instance, &count, devices.data());
     if (r != VK_SUCCESS && r != VK_INCOMPLETE)
-        return refused(fmt::format("vkEnumeratePhysicalDevices failed: {}", vk::result_name(r)));
+        return refused(
+            fmt::format("vkEnumeratePhysicalDevices failed: {}", vulkan::result_name(r)));
     devices.resize(count);
     if (devices.empty())
         return refused("no Vulkan physical device (the loader found no driver; Debian's "
@@ -220,7 +221,7 @@ Result<VkQueue> create_device(const InstanceFns& fns, const Choice& choice, Owne
         owned.device = VK_NULL_HANDLE;
         return refused(fmt::format("vkCreateDevice with {} failed: {}",
                                    VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME,
-                                   vk::result_name(r)));
+                                   vulkan::result_name(r)));
     }
     owned.destroy_device = reinterpret_cast<PFN_vkDestroyDevice>(
         fns.get_device_proc_addr(owned.device, "vkDestroyDevice"));
@@ -263,7 +264,7 @@ std::unique_ptr<Importer> create_default_vulkan_importer() {
     // largest import is maxMemoryAllocationSize rather than maxStorageBufferRange.
     params.buffer_usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
     // Its creation probes file-page imports on this device, as for an engine's device.
-    return std::make_unique<vk::VulkanImporter>(params, std::move(owned));
+    return std::make_unique<vulkan::VulkanImporter>(params, std::move(owned));
 }
 
 } // namespace wm

@@ -11,10 +11,10 @@
 
 #include "internal/align.hpp"
 #include "internal/nothrow.hpp"
-#include "vk_result.hpp"
+#include "vulkan_result.hpp"
 #include "weightmap/planner.hpp"
 
-namespace wm::vk {
+namespace wm::vulkan {
 namespace {
 
 constexpr const char* extension_name = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
@@ -105,8 +105,8 @@ std::string VulkanImporter::read_properties(const InstanceFns& fns) {
         facts_.memory_type_heap_size[i] =
             memory_properties_.memoryHeaps[memory_properties_.memoryTypes[i].heapIndex].size;
     }
-    device_memory_ = vulkan::classify_device_memory(properties.deviceType, memory_properties_,
-                                                    facts_.device_name);
+    device_memory_ = classify_device_memory(properties.deviceType, memory_properties_,
+                                            facts_.device_name);
     if (properties.apiVersion < VK_API_VERSION_1_1)
         return fmt::format("physical device '{}' is Vulkan {}; the importer needs 1.1 "
                            "(external memory is core there)",
@@ -567,7 +567,7 @@ Result<VulkanImporterFacts> VulkanImporter::facts() const {
     return facts;
 }
 
-} // namespace wm::vk
+} // namespace wm::vulkan
 
 namespace wm {
 
@@ -588,15 +588,15 @@ Result<std::unique_ptr<Importer>> make_vulkan_importer(const VulkanImporterParam
         return make_error(ErrorKind::invalid_argument,
                           "make_vulkan_importer: VulkanImporterParams::queue is set but "
                           "queue_family_index is VK_QUEUE_FAMILY_IGNORED");
-    return std::unique_ptr<Importer>(std::make_unique<vk::VulkanImporter>(params, nullptr));
+    return std::unique_ptr<Importer>(std::make_unique<vulkan::VulkanImporter>(params, nullptr));
 }
 
 Result<VulkanImporterFacts> vulkan_importer_facts(const Importer& importer) {
-    const auto* vulkan = dynamic_cast<const vk::VulkanImporter*>(&importer);
-    if (vulkan == nullptr)
+    const auto* vulkan_importer = dynamic_cast<const vulkan::VulkanImporter*>(&importer);
+    if (vulkan_importer == nullptr)
         return make_error(ErrorKind::unsupported,
                           fmt::format("'{}' is not a Vulkan importer", importer.name()));
-    return vulkan->facts();
+    return vulkan_importer->facts();
 }
 
 } // namespace wm

@@ -20,7 +20,7 @@
 #include "weightmap/backends/vulkan.hpp"
 #include "weightmap/importer.hpp"
 
-namespace wm::vk {
+namespace wm::vulkan {
 
 template <class Handle>
 std::uint64_t handle_to_u64(Handle handle) noexcept {
@@ -224,7 +224,7 @@ private:
     std::string driver_name_; // VkPhysicalDeviceDriverProperties::driverName; empty if unknown
     bool refuses_file_pages_ = false; // set once the probe saw the driver refuse file pages
     std::string file_pages_note_;     // why, when refuses_file_pages_ is set
-    vulkan::DeviceMemoryVerdict device_memory_; // from the device type and heaps
+    DeviceMemoryVerdict device_memory_; // from the device type and heaps
 
     std::atomic<bool> device_lost_{false};
     std::atomic<std::uint32_t> last_host_pointer_bits_{0};
@@ -238,4 +238,4 @@ private:
     VkFence fence_ = VK_NULL_HANDLE;
 };
 
-} // namespace wm::vk
+} // namespace wm::vulkan

@@ -21,10 +21,10 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "vk_result.hpp"
+#include "vulkan_result.hpp"
 #include "vulkan_importer.hpp"
 
-namespace wm::vk {
+namespace wm::vulkan {
 namespace {
 
 constexpr VkExternalMemoryHandleTypeFlagBits host_handle_type =
@@ -177,4 +177,4 @@ Status VulkanImporter::check_file_pages(const void* host_address, std::uint64_t 
     return {};
 }
 
-} // namespace wm::vk
+} // namespace wm::vulkan

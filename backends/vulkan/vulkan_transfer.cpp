@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
-#include "vk_result.hpp"
+#include "vulkan_result.hpp"
 #include "vulkan_importer.hpp"
 
-namespace wm::vk {
+namespace wm::vulkan {
 namespace {
 
 // Staging chunk: bounds the importer's own host-visible memory to this much per transfer.
@@ -335,4 +335,4 @@ Status VulkanImporter::free_copy(const ImportedBuffer& buffer) noexcept {
     return destroy_buffer(buffer, false, "free_copy");
 }
 
-} // namespace wm::vk
+} // namespace wm::vulkan

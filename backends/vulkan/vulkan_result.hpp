@@ -7,7 +7,7 @@
 
 #include <vulkan/vulkan_core.h>
 
-namespace wm::vk {
+namespace wm::vulkan {
 
 /// "VK_ERROR_DEVICE_LOST", ...; "VkResult(<n>)" for a value these headers do not name.
 std::string result_name(VkResult result);
@@ -15,4 +15,4 @@ std::string result_name(VkResult result);
 /// "VK_DRIVER_ID_MESA_RADV", ...; "VkDriverId(<n>)" for a value these headers do not name.
 std::string driver_id_name(VkDriverId id);
 
-} // namespace wm::vk
+} // namespace wm::vulkan

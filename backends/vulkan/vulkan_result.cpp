@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-#include "vk_result.hpp"
+#include "vulkan_result.hpp"
 
 #include <cstddef>
 #include <iterator>
 
 #include <fmt/format.h>
 
-namespace wm::vk {
+namespace wm::vulkan {
 
 std::string result_name(VkResult result) {
     // clang-format off
@@ -92,4 +92,4 @@ std::string driver_id_name(VkDriverId id) {
     return fmt::format("VkDriverId({})", static_cast<int>(id));
 }
 
-} // namespace wm::vk
+} // namespace wm::vulkan
