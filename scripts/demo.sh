@@ -3,15 +3,18 @@
 # as llama.cpp's --cpu-moe places them), show its plan with wm-plan, then load it twice with
 # wm-load through the embedded default importer (lavapipe Vulkan where Mesa is installed, else the
 # CPU) -- once importing, once copying (--copy, the control arm) -- and print both side by side.
+# Setup and build print one line each; their output goes to DEMO_DIR/setup.log and build.log,
+# shown only when they fail.
 #   DEMO_SIZE_MIB (default 320), DEMO_DIR (default build/demo)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/setup.sh
-bash scripts/build.sh build
+source scripts/quiet.sh
 
 size=${DEMO_SIZE_MIB:-320}
 dir=${DEMO_DIR:-build/demo}
+run_quietly "installing dependencies (scripts/setup.sh)" "$dir/setup.log" bash scripts/setup.sh
+run_quietly "building (scripts/build.sh build)" "$dir/build.log" bash scripts/build.sh build
 mkdir -p "$dir"
 model=$dir/demo-moe.gguf
 ./build/examples/wm-gen-model --shape moe --layers 12 --experts 16 --size-mib "$size" -o "$model"
