@@ -1,23 +1,32 @@
 // SPDX-License-Identifier: MIT
+// The A/B switch and make_plan, the planner's public edge. make_plan is defined here, not in
+// planner.cpp, so that nothing reachable from planner.cpp reads the environment: planner.cpp is
+// the pure core (tensors, options and a resolved switch in, plan out), and this file is where
+// WEIGHTMAP_IMPORT enters.
 #include "internal/import_switch.hpp"
 
 #include <cstdlib>
 #include <string_view>
 
-namespace wm::internal {
+#include "internal/plan_core.hpp"
 
-bool import_switch_enabled(const std::optional<bool>& option, std::string* why_not) {
-    if (option.has_value()) {
-        if (!*option && why_not != nullptr)
-            *why_not = "disabled by PlanOptions::import_enabled = false";
-        return *option;
-    }
+namespace wm {
+namespace internal {
+
+ImportSwitch resolve_import_switch(const std::optional<bool>& option) {
+    if (option.has_value())
+        return {*option, *option ? "" : "disabled by PlanOptions::import_enabled = false"};
     const char* env = std::getenv("WEIGHTMAP_IMPORT");
-    if (env != nullptr && std::string_view(env) == "0") {
-        if (why_not != nullptr) *why_not = "disabled by WEIGHTMAP_IMPORT=0";
-        return false;
-    }
-    return true;
+    if (env != nullptr && std::string_view(env) == "0")
+        return {false, "disabled by WEIGHTMAP_IMPORT=0"};
+    return {};
 }
 
-} // namespace wm::internal
+} // namespace internal
+
+Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options) {
+    return internal::make_plan_with_switch(model, options,
+                                           internal::resolve_import_switch(options.import_enabled));
+}
+
+} // namespace wm

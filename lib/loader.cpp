@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "internal/import_switch.hpp"
+#include "internal/plan_core.hpp"
 #include "internal/plan_edit.hpp"
 
 namespace wm {
@@ -95,13 +96,12 @@ Result<std::vector<std::string>> checked_paths(const ModelDesc& model,
 
 // Decide the mapping. The control arm maps exactly as an engine without imports would: read-only.
 MappingDecision decide_load_mapping(const ModelDesc& model, const std::vector<std::string>& paths,
-                                    Span<Importer* const> importers, const PlanOptions& options) {
-    std::string disabled;
-    if (internal::import_switch_enabled(options.import_enabled, &disabled))
-        return decide_mapping_for_policies(model, paths, importers, options);
+                                    Span<Importer* const> importers, const PlanOptions& options,
+                                    const internal::ImportSwitch& import_switch) {
+    if (import_switch.enabled) return decide_mapping_for_policies(model, paths, importers, options);
     MappingDecision decision;
     decision.access = MappingAccess::read_only;
-    decision.reason = "read-only: import " + disabled;
+    decision.reason = "read-only: import " + import_switch.why_not;
     return decision;
 }
 
@@ -192,9 +192,12 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                const LoadOptions& options) {
     auto paths = checked_paths(model, importers);
     if (!paths) return std::move(paths).error();
+    // Resolved once, at this edge: the mapping and the plan see the same switch.
+    const internal::ImportSwitch import_switch =
+        internal::resolve_import_switch(options.plan.import_enabled);
     LoadedModel loaded;
     LoadedModel::Impl& impl = *loaded.impl_;
-    impl.decision = decide_load_mapping(model, *paths, importers, options.plan);
+    impl.decision = decide_load_mapping(model, *paths, importers, options.plan, import_switch);
     auto mapped = map_files(*paths, impl.decision.access, importers, options.mapping);
     if (!mapped) return std::move(mapped).error();
     impl.mapping = std::move(mapped).value();
@@ -202,7 +205,7 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
         return std::move(s).error();
     impl.model = std::move(model);
 
-    auto planned = make_plan(impl.model, options.plan);
+    auto planned = internal::make_plan_with_switch(impl.model, options.plan, import_switch);
     if (!planned) return std::move(planned).error();
     Plan plan = std::move(planned).value();
     if (impl.mapping.access() == MappingAccess::read_only)

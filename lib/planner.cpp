@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -21,7 +20,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/import_switch.hpp"
+#include "internal/plan_core.hpp"
 
 namespace wm {
 
@@ -164,7 +163,7 @@ public:
                 import_policy_refusal(target.caps, effective_import_policy(target, options)));
     }
 
-    Plan run(bool enabled, const std::string& disabled_reason);
+    Plan run(const internal::ImportSwitch& import_switch);
 
 private:
     const ModelDesc& model_;
@@ -239,13 +238,13 @@ private:
 
     // --- regions (run) ------------------------------------------------------------------------
     void add_regions();
-    void plan_region(std::uint32_t region, bool enabled, const std::string& disabled_reason);
+    void plan_region(std::uint32_t region, const internal::ImportSwitch& import_switch);
     void refuse_misaligned(std::uint32_t region);
     std::string import_reason(const PlanRegion& region) const;
     std::string gate_reason(const PlanRegion& region) const;
     static std::string policy_note(DeviceMemory memory);
-    std::string whole_fallback_reason(const PlanRegion& region, bool enabled,
-                                      const std::string& disabled_reason) const;
+    std::string whole_fallback_reason(const PlanRegion& region,
+                                      const internal::ImportSwitch& import_switch) const;
     void add_totals();
 
     // --- runs of one device region ------------------------------------------------------------
@@ -966,14 +965,14 @@ void Planner::append_import_details(std::uint32_t r, std::string& reason) const 
                               w.refused_tensors, w.refused_bytes);
 }
 
-Plan Planner::run(bool enabled, const std::string& disabled_reason) {
+Plan Planner::run(const internal::ImportSwitch& import_switch) {
     plan_.mode = options_.mode;
     plan_.import_policy = options_.import_policy;
     plan_.page_size = page_;
     plan_.tensors.resize(model_.tensors.size());
     sort_tensors();
     add_regions();
-    for (std::uint32_t r = 0; r < work_.size(); ++r) plan_region(r, enabled, disabled_reason);
+    for (std::uint32_t r = 0; r < work_.size(); ++r) plan_region(r, import_switch);
     separate_shared_pages();
     for (std::uint32_t r = 0; r < work_.size(); ++r) finish_region(r);
     add_totals();
@@ -1018,7 +1017,7 @@ void Planner::add_regions() {
 }
 
 // Decides how region r is served: passthrough, whole fallback, or planned runs.
-void Planner::plan_region(std::uint32_t r, bool enabled, const std::string& disabled_reason) {
+void Planner::plan_region(std::uint32_t r, const internal::ImportSwitch& import_switch) {
     const PlanRegion& region = plan_.regions[r];
     RegionWork& w = work_[r];
     const Span whole{w.begin, w.end};
@@ -1029,10 +1028,11 @@ void Planner::plan_region(std::uint32_t r, bool enabled, const std::string& disa
         return;
     }
     const ImporterCaps& caps = model_.targets[region.target].caps;
-    if (!enabled || caps.refuses_file_pages || !policy_refusals_[region.target].empty() ||
-        region.ctx_bytes == 0 || (options_.mode == PlanMode::gate && !region.gate)) {
+    if (!import_switch.enabled || caps.refuses_file_pages ||
+        !policy_refusals_[region.target].empty() || region.ctx_bytes == 0 ||
+        (options_.mode == PlanMode::gate && !region.gate)) {
         w.whole_fallback = true;
-        w.base_reason = whole_fallback_reason(region, enabled, disabled_reason);
+        w.base_reason = whole_fallback_reason(region, import_switch);
         refuse(r, {w.begin, w.group_end}, w.base_reason);
         return;
     }
@@ -1057,9 +1057,9 @@ void Planner::refuse_misaligned(std::uint32_t r) {
 }
 
 // Why a device region falls back whole, before any run is planned.
-std::string Planner::whole_fallback_reason(const PlanRegion& region, bool enabled,
-                                           const std::string& disabled_reason) const {
-    if (!enabled) return disabled_reason;
+std::string Planner::whole_fallback_reason(const PlanRegion& region,
+                                           const internal::ImportSwitch& import_switch) const {
+    if (!import_switch.enabled) return import_switch.why_not;
     const ImporterCaps& caps = model_.targets[region.target].caps;
     // The importer's own probe found that its driver refuses file-backed pages (RADV), so no
     // import of the mapping can work: say so now rather than fail every import later.
@@ -1184,12 +1184,14 @@ PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
     return totals;
 }
 
-Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options) {
+// The core reads no environment. make_plan, the public entry, is in import_switch.cpp: it is the
+// edge that resolves WEIGHTMAP_IMPORT, kept out of this file so the same inputs always give the
+// same plan here.
+Result<Plan> internal::make_plan_with_switch(const ModelDesc& model, const PlanOptions& options,
+                                             const internal::ImportSwitch& import_switch) {
     const std::uint64_t page = options.page_size != 0 ? options.page_size : host_page_size();
     if (Status s = validate(model, page); !s) return std::move(s).error();
-    std::string disabled_reason;
-    const bool enabled = internal::import_switch_enabled(options.import_enabled, &disabled_reason);
-    return Planner(model, options, page).run(enabled, disabled_reason);
+    return Planner(model, options, page).run(import_switch);
 }
 
 } // namespace wm

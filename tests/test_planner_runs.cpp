@@ -589,24 +589,7 @@ TEST_CASE("dense layouts plan identically in gate and runs", "[runs][layouts]") 
         Plan gate = plan_ok(l.model, plan_options(PlanMode::gate));
         Plan runs = plan_ok(l.model, plan_options(PlanMode::runs));
         check_plan(l.model, runs, plan_options(PlanMode::runs));
-        REQUIRE(gate.regions.size() == runs.regions.size());
-        for (std::size_t r = 0; r < gate.regions.size(); ++r) {
-            const PlanRegion& g = gate.regions[r];
-            const PlanRegion& u = runs.regions[r];
-            CHECK(g.decision == u.decision);
-            REQUIRE(g.runs.size() == u.runs.size());
-            for (std::size_t k = 0; k < g.runs.size(); ++k) {
-                CHECK(g.runs[k].extent_offset == u.runs[k].extent_offset);
-                CHECK(g.runs[k].extent_size == u.runs[k].extent_size);
-                CHECK(g.runs[k].tensors == u.runs[k].tensors);
-            }
-        }
-        for (std::size_t i = 0; i < l.model.tensors.size(); ++i) {
-            CHECK(gate.tensors[i].run == runs.tensors[i].run);
-            CHECK(gate.tensors[i].offset_in_run == runs.tensors[i].offset_in_run);
-        }
-        CHECK(gate.totals.imported_bytes == runs.totals.imported_bytes);
-        CHECK(gate.totals.pinned_bytes == runs.totals.pinned_bytes);
+        check_same_imports(gate, runs);
         if (limit == 0) {
             CHECK(runs.totals.imports == 1);
             CHECK(runs.totals.imported_bytes == runs.totals.device_bytes);

@@ -4,8 +4,10 @@
 // The planner is a pure function: a ModelDesc in, a Plan out. It opens no file and calls no
 // importer, so an engine (or wm-plan) can see the whole plan of a 19 GB model before a byte of
 // it is read. It is O(n log n) in the number of tensors (docs/planner.md has the measurements)
-// and safe to call from several threads at once (it reads WEIGHTMAP_IMPORT with getenv only when
-// PlanOptions::import_enabled is unset).
+// and safe to call from several threads at once. The environment is read only at the edge:
+// make_plan resolves WEIGHTMAP_IMPORT (with getenv, once, and only when
+// PlanOptions::import_enabled is unset) before planning; the planning itself reads none, so the
+// same model, options and switch always give the same plan.
 //
 // What every plan guarantees (tests/test_planner*.cpp check each over randomised layouts):
 //  * every tensor resolves: an imported tensor lies wholly inside one run's extent, and
@@ -81,7 +83,8 @@ struct PlanOptions {
     /// runs are still over the budget, those with the fewest tensor bytes fall back, each tensor
     /// saying so.
     std::uint32_t max_imports_per_region = 256;
-    /// A/B switch. nullopt: read WEIGHTMAP_IMPORT from the environment ("0" disables).
+    /// A/B switch. nullopt: make_plan (and load_model, once per load) reads WEIGHTMAP_IMPORT
+    /// from the environment ("0" disables).
     /// false: every non-CPU region falls back, so one engine build measures both arms.
     std::optional<bool> import_enabled;
     /// When non-CPU targets import (a target's own TargetDesc::import_policy overrides it). The

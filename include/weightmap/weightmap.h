@@ -292,8 +292,8 @@ typedef struct wm_plan_options {
     uint64_t page_size;              /* a power of two; 0 (default): the host's */
     uint64_t merge_gap;              /* default 1 MiB */
     uint32_t max_imports_per_region; /* default 256; 0 counts as 1 */
-    /* The A/B switch: -1 (default) reads WEIGHTMAP_IMPORT ("0" disables); 0: every non-CPU
-     * region falls back; 1: import. */
+    /* The A/B switch: -1 (default): wm_plan_create reads WEIGHTMAP_IMPORT ("0" disables);
+     * 0: every non-CPU region falls back; 1: import. */
     int32_t import_enabled;
     /* When non-CPU targets import (a target's own policy, wm_model_set_target_import_policy,
      * overrides it); default WM_IMPORT_POLICY_UNIFIED_ONLY. Added after the first version. */

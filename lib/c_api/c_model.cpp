@@ -45,6 +45,7 @@ wm_status plan_options_from_c(const wm_plan_options* in, PlanOptions& options) {
     options.page_size = c.page_size;
     options.merge_gap = c.merge_gap;
     options.max_imports_per_region = c.max_imports_per_region;
+    // -1 stays unset: make_plan, the edge wm_plan_create calls, reads WEIGHTMAP_IMPORT once.
     if (c.import_enabled >= 0) options.import_enabled = c.import_enabled == 1;
     return WM_OK;
 }

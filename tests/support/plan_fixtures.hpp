@@ -49,6 +49,31 @@ inline Plan plan_ok(const ModelDesc& m, const PlanOptions& o) {
     return std::move(r).value();
 }
 
+/// Fails the test where `a` and `b` import differently: a region's decision or runs (extents and
+/// tensors), a tensor's run or offset in it, the imported or pinned bytes. Reasons are not
+/// compared (they name the mode, say).
+inline void check_same_imports(const Plan& a, const Plan& b) {
+    REQUIRE(a.regions.size() == b.regions.size());
+    for (std::size_t r = 0; r < a.regions.size(); ++r) {
+        const PlanRegion& x = a.regions[r];
+        const PlanRegion& y = b.regions[r];
+        CHECK(x.decision == y.decision);
+        REQUIRE(x.runs.size() == y.runs.size());
+        for (std::size_t k = 0; k < x.runs.size(); ++k) {
+            CHECK(x.runs[k].extent_offset == y.runs[k].extent_offset);
+            CHECK(x.runs[k].extent_size == y.runs[k].extent_size);
+            CHECK(x.runs[k].tensors == y.runs[k].tensors);
+        }
+    }
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+        CHECK(a.tensors[i].run == b.tensors[i].run);
+        CHECK(a.tensors[i].offset_in_run == b.tensors[i].offset_in_run);
+    }
+    CHECK(a.totals.imported_bytes == b.totals.imported_bytes);
+    CHECK(a.totals.pinned_bytes == b.totals.pinned_bytes);
+}
+
 /// Fails the test with every promise `p` breaks (plan_invariants.hpp).
 inline void check_plan(const ModelDesc& m, const Plan& p, const PlanOptions& o = plan_options()) {
     const std::vector<std::string> broken = plan_violations(m, p, o.max_imports_per_region);
