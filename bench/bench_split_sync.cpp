@@ -8,9 +8,11 @@
 // drain, fails, or is not the cheapest rule. Optional argument: number of graphs.
 //
 // bench_split_sync --replay TRACE replays a scheduler's trace (split_trace.hpp: what the patched
-// ggml scheduler writes with GGML_WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) under the upstream rule and the
-// helper, over the simulator's reusing allocator:
-//   replay rule=<upstream|helper> graphs=<n> splits=<n> syncs=<n> drains=<n> hazards=<n>
+// ggml scheduler writes with GGML_WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) without syncs, under the
+// upstream rule and under the helper, over the simulator's reusing allocator (graphs carried
+// without a drain, as the scheduler ran them; the scheduler's own syncs included):
+//   replay rule=<none|upstream|helper> graphs=<n> splits=<n> syncs=<n> drains=<n> hazards=<n>
+// graphs counts the scheduler's graphs, syncs the rule's syncs that could block.
 // Exits 1 when the trace does not parse or the helper shows a hazard or fails.
 #include <algorithm>
 #include <cstdio>
@@ -109,6 +111,7 @@ std::optional<double> helper_ns_per_split(const std::vector<sim::Graph>& graphs)
 // Totals of one rule over a trace's graphs, regions from the deterministic allocator.
 struct ReplayTotals {
     sim::RuleTotals rule;
+    std::uint64_t graphs = 0; // the scheduler's: a carried run holds several
     std::uint64_t drains = 0;
 };
 
@@ -117,6 +120,7 @@ ReplayTotals replay_rule(const std::vector<sim::Graph>& graphs, sim::Policy& pol
     for (const sim::Graph& g : graphs) {
         const sim::SimResult r = sim::simulate(g, policy);
         t.rule.add(r);
+        t.graphs += 1 + g.graph_starts.size();
         t.drains += r.drain_syncs;
     }
     return t;
@@ -136,13 +140,16 @@ int replay(const char* path) {
         return 1;
     }
     for (sim::Graph& g : *graphs) sim::allocate_regions(g, 0);
+    auto none = sim::make_no_sync_policy();
     auto upstream = sim::make_upstream_policy();
     auto helper = sim::make_helper_policy();
+    const ReplayTotals n = replay_rule(*graphs, *none);
     const ReplayTotals u = replay_rule(*graphs, *upstream);
     const ReplayTotals h = replay_rule(*graphs, *helper);
-    for (const auto& [name, t] : {std::pair{"upstream", &u}, std::pair{"helper", &h}})
+    for (const auto& [name, t] :
+         {std::pair{"none", &n}, std::pair{"upstream", &u}, std::pair{"helper", &h}})
         std::printf("replay rule=%s graphs=%llu splits=%llu syncs=%llu drains=%llu hazards=%llu\n",
-                    name, static_cast<unsigned long long>(t->rule.graphs),
+                    name, static_cast<unsigned long long>(t->graphs),
                     static_cast<unsigned long long>(t->rule.splits),
                     static_cast<unsigned long long>(t->rule.blocking_syncs),
                     static_cast<unsigned long long>(t->drains),

@@ -264,43 +264,53 @@ inline void SplitSync::submit(const SplitDesc& split, BufferTypeMask in_flight) 
 }
 
 // Asynchronous backends other than b whose work the split just submitted is not ordered after:
-// they may still run while it runs.
+// they may still run while it runs. (A synchronous backend's work is always in host_clock_, so
+// in work_clock_; work carried from an earlier graph counts, whatever this graph has seen.)
 inline BackendMask SplitSync::unordered_async(std::uint32_t b) const noexcept {
     BackendMask deferred = 0;
     for (std::uint32_t x = 0; x < params_.n_backends; ++x) {
-        if (x != b && async_state_[x] == 2 && submitted_[x] > work_clock_[x]) {
+        if (x != b && submitted_[x] > work_clock_[x]) {
             deferred |= bit_of(x);
         }
     }
     return deferred;
 }
 
-BackendMask SplitSync::finish() noexcept {
-    const std::uint32_t n = params_.n_backends;
-    BackendMask drain = 0;
-    auto pending = [&] {
-        BackendMask m = 0;
-        for (std::uint32_t x = 0; x < n; ++x) {
-            if (submitted_[x] > host_clock_[x]) {
-                m |= bit_of(x);
-            }
+BackendMask SplitSync::in_flight() const noexcept {
+    BackendMask pending = 0;
+    for (std::uint32_t x = 0; x < params_.n_backends; ++x) {
+        if (submitted_[x] > host_clock_[x]) {
+            pending |= bit_of(x);
         }
-        return m;
-    };
+    }
+    return pending;
+}
+
+BackendMask SplitSync::finish() noexcept {
+    BackendMask drain = 0;
     // Same greedy as next(): a backend whose latest split waited on all of another's work
     // finishes that one too.
-    for (BackendMask left = pending(); left != 0; left = pending()) {
+    for (BackendMask left = in_flight(); left != 0; left = in_flight()) {
         const std::uint32_t best = covering_most(left, submitted_.data());
         host_sync(best);
         drain |= bit_of(best);
     }
-    // Ordinals stay monotonic across graphs: after the drain everything is finished, so the
-    // old last_touch_ entries are all <= host_clock_ and need no clearing.
+    deferred_outstanding_ = 0; // every backend has finished, the ones the drain implied too
+    end_graph();
+    return drain;
+}
+
+// Ordinals stay monotonic across graphs, so the clocks and last_touch_ carry the work still in
+// flight into the next graph as they are; only what describes this graph's splits is cleared.
+void SplitSync::end_graph() noexcept {
     std::fill(exported_.begin(), exported_.end(), BufferTypeMask{0});
     std::fill(async_state_.begin(), async_state_.end(), std::uint8_t{0});
-    deferred_outstanding_ = 0;
     graph_splits_ = 0;
-    return drain;
+}
+
+void SplitSync::synchronized(BackendMask backends) noexcept {
+    for_each_bit(backends & valid_backends(params_.n_backends),
+                 [this](std::uint32_t x) { host_sync(x); });
 }
 
 void SplitSync::reset() noexcept {

@@ -51,6 +51,10 @@ std::uint64_t corpus_seed(std::uint64_t index) {
 // ---------------------------------------------------------------------------------------------
 // Graphs
 
+bool Graph::starts_graph(std::size_t split) const {
+    return std::find(graph_starts.begin(), graph_starts.end(), split) != graph_starts.end();
+}
+
 void allocate_regions(Graph& graph, std::uint64_t seed) {
     const bool deterministic = seed == 0;
     Rng rng(seed);
@@ -82,6 +86,14 @@ void allocate_regions(Graph& graph, std::uint64_t seed) {
         auto& acc = graph.accesses[i];
         to_free.clear();
         temps.clear();
+        if (graph.starts_graph(i)) { // a new engine graph: the same buffers, handed out again
+            for (Output& out : outputs) {
+                if (out.live) {
+                    out.live = false;
+                    free_list[out.buffer_type].push_back(out.region);
+                }
+            }
+        }
 
         if (d.n_inputs > 0) {
             for_each_bit(sources(d), [&](std::uint32_t x) {
@@ -218,6 +230,36 @@ Graph random_graph(std::uint64_t seed, const GenParams& params) {
     return g;
 }
 
+Graph carried_run(std::uint64_t seed, std::uint32_t n_graphs, const GenParams& params) {
+    Rng rng(seed);
+    Graph run = random_graph(rng.next(), params);
+    run.name = "carried run seed " + std::to_string(seed);
+    run.carried = true;
+    run.engine_synced_end = all_backends(run.n_backends);
+    std::vector<bool> async(run.n_backends, true); // a backend stays what it is across graphs
+    for (const SplitDesc& d : run.splits) {
+        async[d.backend] = d.backend_async;
+    }
+    while (run.graph_starts.size() + 1 < n_graphs) {
+        Graph next = random_graph(rng.next(), params);
+        if (next.n_backends != run.n_backends) {
+            continue;
+        }
+        const auto start = static_cast<std::uint32_t>(run.splits.size());
+        run.graph_starts.push_back(start);
+        run.engine_synced.resize(start + 1, 0);
+        if (rng.chance(50)) { // the engine read results in between: a full synchronization
+            run.engine_synced[start] = all_backends(run.n_backends);
+        }
+        for (SplitDesc d : next.splits) {
+            d.backend_async = async[d.backend];
+            run.splits.push_back(d);
+        }
+    }
+    allocate_regions(run, seed * 0x9e3779b97f4a7c15ULL | 1);
+    return run;
+}
+
 SplitDesc make_split(std::uint32_t backend, bool async, BufferTypeMask bts, std::uint32_t n_inputs,
                      BackendMask from, bool copies_async, bool writes_read_later) {
     SplitDesc d;
@@ -327,7 +369,8 @@ public:
     void begin(const Graph& g) override { g_ = &g; }
     BackendMask before_split(std::size_t i) override {
         const SplitDesc& d = g_->splits[i];
-        if (d.n_inputs == 0 && i > 0 && g_->splits[i - 1].backend != d.backend) {
+        if (d.n_inputs == 0 && i > 0 && !g_->starts_graph(i) &&
+            g_->splits[i - 1].backend != d.backend) {
             return bit_of(g_->splits[i - 1].backend);
         }
         return 0;
@@ -423,6 +466,10 @@ public:
         if (!helper_) {
             return all_backends(g_->n_backends);
         }
+        if (g_->starts_graph(i)) {
+            helper_->end_graph();
+        }
+        helper_->synchronized(g_->engine_synced_before(i));
         auto decision = helper_->next(g_->splits[i]);
         if (!decision) {
             if (failure_.empty()) {
@@ -472,6 +519,15 @@ SimResult simulate(const Graph& graph, Policy& policy) {
         }
     };
     auto pending = [&](std::uint32_t x) { return submitted[x] > host[x]; };
+    // Synchronizes `mask`, counting in `count` the syncs that could block.
+    auto sync_counted = [&](BackendMask mask, std::uint64_t& count) {
+        for_each_bit(mask & all_backends(n), [&](std::uint32_t x) {
+            if (pending(x)) {
+                ++count;
+                host_sync(x);
+            }
+        });
+    };
 
     struct Touch {
         std::uint64_t ordinal;
@@ -495,22 +551,13 @@ SimResult simulate(const Graph& graph, Policy& policy) {
     for (std::size_t i = 0; i < graph.splits.size(); ++i) {
         const SplitDesc& d = graph.splits[i];
         const std::uint32_t b = d.backend;
+        sync_counted(graph.engine_synced_before(i), result.engine_own_syncs);
         const BackendMask mask = policy.before_split(i) & all_backends(n);
         result.sync_masks.push_back(mask);
-        for_each_bit(mask, [&](std::uint32_t x) {
-            if (pending(x)) {
-                ++result.blocking_syncs;
-                host_sync(x);
-            }
-        });
+        sync_counted(mask, result.blocking_syncs);
         const bool async_copies = copies_async(d);
         if (d.n_inputs > 0 && !async_copies) { // the engine's fallback copy
-            for_each_bit(sources(d) | bit_of(b), [&](std::uint32_t x) {
-                if (pending(x)) {
-                    ++result.engine_syncs;
-                    host_sync(x);
-                }
-            });
+            sync_counted(sources(d) | bit_of(b), result.engine_syncs);
         }
         std::copy(host.begin(), host.end(), w.begin());
         auto merge = [&](std::uint32_t x) {
@@ -580,14 +627,10 @@ SimResult simulate(const Graph& graph, Policy& policy) {
         ++result.splits;
     }
 
-    result.end_mask = policy.after_graph() & all_backends(n);
-    for_each_bit(result.end_mask, [&](std::uint32_t x) {
-        if (pending(x)) {
-            ++result.drain_syncs;
-            host_sync(x);
-        }
-    });
-    for (std::uint32_t x = 0; x < n; ++x) {
+    result.end_mask = (graph.carried ? 0 : policy.after_graph()) & all_backends(n);
+    sync_counted(result.end_mask, result.drain_syncs);
+    sync_counted(graph.engine_synced_end, result.engine_own_syncs);
+    for (std::uint32_t x = 0; x < n && !graph.carried; ++x) { // a carried run is the engine's
         if (pending(x)) {
             ++result.missed_drains;
         }

@@ -56,6 +56,24 @@ struct Graph {
     std::uint32_t n_backends = 0;
     std::vector<SplitDesc> splits;
     std::vector<std::vector<Access>> accesses; ///< per split; filled by allocate_regions
+    /// A run of several engine graphs (a trace of ggml's scheduler): the indices of the splits
+    /// that start a later engine graph. The allocator hands each engine graph the same
+    /// buffers again; a policy ends the graph before without a drain (SplitSync::end_graph).
+    std::vector<std::uint32_t> graph_starts;
+    /// Per split, or empty: backends the engine synchronized itself just before the split,
+    /// outside any policy (ggml_backend_sched_synchronize before reading results, its sync of
+    /// the split's own backend before input copies). Policies are told.
+    std::vector<BackendMask> engine_synced;
+    /// True when the run's engine graphs end without a drain and the engine's own
+    /// synchronization after the last split (engine_synced_end) ends the run; false: the
+    /// policy's after_graph() drains, as for one graph.
+    bool carried = false;
+    BackendMask engine_synced_end = 0;
+
+    bool starts_graph(std::size_t split) const;
+    BackendMask engine_synced_before(std::size_t split) const {
+        return split < engine_synced.size() ? engine_synced[split] : 0;
+    }
 };
 
 struct GenParams {
@@ -70,6 +88,12 @@ struct GenParams {
 /// inputs from backends that produced outputs, random copy modes and buffer-type sets
 /// (empty with p = 0.05). Regions are allocated with allocate_regions(seed).
 Graph random_graph(std::uint64_t seed, const GenParams& params = {});
+
+/// `n_graphs` random graphs of one backend count (each backend keeps its async flag) run as the
+/// patched ggml scheduler runs them: each ended without a drain and carried into the next,
+/// with a full engine synchronization before half of the later graphs (the engine read
+/// results) and after the last. Regions from allocate_regions(seed-derived).
+Graph carried_run(std::uint64_t seed, std::uint32_t n_graphs, const GenParams& params = {});
 
 /// The graph allocator. Walks the splits in order: each split reads (copies) 1-2 live outputs
 /// of each input backend, writes 1-2 temporaries per buffer type and, when writes_read_later,
@@ -93,6 +117,7 @@ Graph three_backends();
 Graph inputs_from_one_while_another_runs();
 
 /// Decides the syncs of one run; the simulator asks it before every split and at the end.
+/// A policy sees the graph's engine graphs and engine syncs through the Graph it is given.
 class Policy {
 public:
     virtual ~Policy() = default;
@@ -100,7 +125,7 @@ public:
     virtual void begin(const Graph& graph) = 0;
     /// Backends to synchronize before split `index` starts (before its input copies).
     virtual BackendMask before_split(std::size_t index) = 0;
-    /// Backends to synchronize after the last split.
+    /// Backends to synchronize after the last split (not asked of a carried run).
     virtual BackendMask after_graph() = 0;
     /// Empty unless the policy failed (the helper returned an error).
     virtual std::string failure() const { return {}; }
@@ -138,6 +163,8 @@ struct SimResult {
     std::uint64_t engine_syncs = 0;
     /// End-of-graph syncs that could block.
     std::uint64_t drain_syncs = 0;
+    /// The engine's own syncs (Graph::engine_synced, engine_synced_end) that could block.
+    std::uint64_t engine_own_syncs = 0;
     /// Pairs (earlier split, later split) with at least one unordered access to a shared region.
     std::uint64_t hazards = 0;
     /// Async backends still running after the policy's end-of-graph syncs.

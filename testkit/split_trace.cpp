@@ -58,57 +58,124 @@ Result<SplitDesc> read_split(std::map<std::string, std::uint64_t> f, const Line&
 
 } // namespace
 
-Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_view source) {
+namespace {
+
+// The trace being read: graphs, and what applies to the next split.
+struct TraceReader {
     std::vector<Graph> graphs;
-    bool open = false;
-    Line line{source, 0};
+    bool open = false;           // inside graph ... end
+    bool carry_next = false;     // the last graph ended with carry=1: the next one continues it
+    BackendMask synced_next = 0; // sync lines since the last split
+    Line line;
+
+    Result<bool> graph(const std::map<std::string, std::uint64_t>& f) {
+        if (open) return line.error("graph inside a graph (missing 'end')");
+        const std::size_t carry = f.count("carry");
+        if (f.size() != 1 + carry || f.count("n_backends") == 0 || f.at("n_backends") == 0 ||
+            f.at("n_backends") > split_sync_max_backends || (carry && f.at("carry") > 1))
+            return line.error("graph needs n_backends=1..64, optionally carry=0|1, and nothing else");
+        const auto n = static_cast<std::uint32_t>(f.at("n_backends"));
+        if (carry_next && graphs.back().n_backends != n)
+            return line.error(fmt::format("graph of {} backends continues one of {}", n,
+                                          graphs.back().n_backends));
+        if (carry_next) {
+            graphs.back().graph_starts.push_back(
+                static_cast<std::uint32_t>(graphs.back().splits.size()));
+        } else {
+            Graph g;
+            g.name = fmt::format("{}:{}", line.source, line.number);
+            g.n_backends = n;
+            graphs.push_back(std::move(g));
+        }
+        graphs.back().carried = graphs.back().carried || (carry && f.at("carry") == 1);
+        carry_next = carry && f.at("carry") == 1;
+        open = true;
+        return true;
+    }
+
+    Result<bool> split(std::map<std::string, std::uint64_t> f) {
+        if (!open) return line.error("split outside a graph");
+        auto split = read_split(std::move(f), line);
+        if (!split) return std::move(split).error();
+        Graph& g = graphs.back();
+        if (split->backend >= g.n_backends)
+            return line.error(fmt::format("backend {} of a graph of {} backends", split->backend,
+                                          g.n_backends));
+        if (synced_next != 0) {
+            g.engine_synced.resize(g.splits.size() + 1, 0);
+            g.engine_synced.back() = synced_next;
+            synced_next = 0;
+        }
+        g.splits.push_back(*split);
+        return true;
+    }
+
+    Result<bool> sync(const std::map<std::string, std::uint64_t>& f) {
+        if (f.size() != 1 || f.count("backends") == 0)
+            return line.error("sync needs backends=MASK and nothing else");
+        if (graphs.empty()) return true; // before the first graph: nothing in flight
+        synced_next |= f.at("backends");
+        return true;
+    }
+
+    Result<std::vector<Graph>> done() {
+        if (open) return line.error("the last graph has no 'end'");
+        if (!graphs.empty()) graphs.back().engine_synced_end |= synced_next;
+        return std::move(graphs);
+    }
+};
+
+} // namespace
+
+Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_view source) {
+    TraceReader reader;
+    reader.line = Line{source, 0};
     while (!text.empty()) {
         const std::size_t nl = text.find('\n');
         std::string_view row = text.substr(0, nl);
         text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-        ++line.number;
+        ++reader.line.number;
         if (row.empty() || row[0] == '#') continue;
         const std::string_view word = row.substr(0, row.find(' '));
-        auto fields = read_fields(row.substr(word.size()), line);
+        auto fields = read_fields(row.substr(word.size()), reader.line);
         if (!fields) return std::move(fields).error();
+        Result<bool> read = true;
         if (word == "graph") {
-            if (open) return line.error("graph inside a graph (missing 'end')");
-            if (fields->size() != 1 || fields->count("n_backends") == 0 ||
-                fields->at("n_backends") == 0 || fields->at("n_backends") > split_sync_max_backends)
-                return line.error("graph needs n_backends=1..64 and nothing else");
-            Graph g;
-            g.name = fmt::format("{}:{}", source, line.number);
-            g.n_backends = static_cast<std::uint32_t>(fields->at("n_backends"));
-            graphs.push_back(std::move(g));
-            open = true;
+            read = reader.graph(*fields);
         } else if (word == "split") {
-            if (!open) return line.error("split outside a graph");
-            auto split = read_split(std::move(fields).value(), line);
-            if (!split) return std::move(split).error();
-            if (split->backend >= graphs.back().n_backends)
-                return line.error(fmt::format("backend {} of a graph of {} backends", split->backend,
-                                              graphs.back().n_backends));
-            graphs.back().splits.push_back(*split);
+            read = reader.split(std::move(fields).value());
+        } else if (word == "sync") {
+            read = reader.sync(*fields);
         } else if (word == "end") {
-            if (!open) return line.error("end outside a graph");
-            open = false;
+            if (!reader.open) return reader.line.error("end outside a graph");
+            reader.open = false;
         } else {
-            return line.error(fmt::format("unknown line '{}'", word));
+            return reader.line.error(fmt::format("unknown line '{}'", word));
         }
+        if (!read) return std::move(read).error();
     }
-    if (open) return line.error("the last graph has no 'end'");
-    return graphs;
+    return reader.done();
 }
 
 std::string format_split_trace(const Graph& graph) {
-    std::string out = fmt::format("graph n_backends={}\n", graph.n_backends);
-    for (const SplitDesc& s : graph.splits)
+    const char* carry = graph.carried ? " carry=1" : "";
+    std::string out = fmt::format("graph n_backends={}{}\n", graph.n_backends, carry);
+    for (std::size_t i = 0; i < graph.splits.size(); ++i) {
+        if (i > 0 && graph.starts_graph(i))
+            out += fmt::format("end\ngraph n_backends={}{}\n", graph.n_backends, carry);
+        if (const BackendMask synced = graph.engine_synced_before(i))
+            out += fmt::format("sync backends={:#x}\n", synced);
+        const SplitDesc& s = graph.splits[i];
         out += fmt::format("split backend={} async={} n_inputs={} input_backends={:#x} "
                            "copies_async={} buffer_types={:#x} writes_read_later={}\n",
                            s.backend, s.backend_async ? 1 : 0, s.n_inputs, s.input_backends,
                            s.input_copies_async ? 1 : 0, s.buffer_types,
                            s.writes_read_later ? 1 : 0);
-    return out + "end\n";
+    }
+    out += "end\n";
+    if (graph.engine_synced_end != 0)
+        out += fmt::format("sync backends={:#x}\n", graph.engine_synced_end);
+    return out;
 }
 
 } // namespace wm::testkit::sim

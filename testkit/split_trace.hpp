@@ -7,6 +7,12 @@
 //   split backend=1 async=1 n_inputs=2 input_backends=0x1 copies_async=1 buffer_types=0x2 writes_read_later=0
 //   ...
 //   end
+//   sync backends=0x3
+// `graph ... carry=1`: the scheduler ended this graph without a drain (SplitSync::end_graph), so
+// the next graph block continues the same run (one simulator Graph, Graph::graph_starts).
+// `sync backends=MASK`: the scheduler synchronized these backends itself (a full sync before
+// results are read, its own sync before input copies); it applies before the next split, or at
+// the end of the run (Graph::engine_synced, engine_synced_end).
 // Lines starting with '#' and empty lines are ignored; fields may come in any order, each once.
 #pragma once
 
@@ -23,7 +29,7 @@ namespace wm::testkit::sim {
 /// (ErrorKind::format) name `source`, the line and the field.
 Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_view source);
 
-/// One graph in the trace format (what the patched scheduler writes), for tests.
+/// One simulator graph (a run of carried graphs included) in the trace format, for tests.
 std::string format_split_trace(const Graph& graph);
 
 } // namespace wm::testkit::sim

@@ -356,6 +356,83 @@ TEST_CASE("10,000 seeded random graphs: zero hazards under the helper, hazards w
     CHECK(helper_reuse.graphs == 2000);
 }
 
+TEST_CASE("end_graph carries work in flight into the next graph; synchronized() settles it",
+          "[split_sync]") {
+    // Graph 1: Vulkan (async) still touches buffer type 0. Graph 2: a CPU split handed the same
+    // buffer type. Without a drain the helper must sync Vulkan there, unless the engine did.
+    const SplitDesc vulkan = sim::make_split(0, true, bit(0));
+    const SplitDesc cpu = sim::make_split(1, false, bit(0));
+    SplitSync h = make_helper(2);
+    REQUIRE(h.next(vulkan)->sync_now == 0);
+    h.end_graph();
+    CHECK(h.in_flight() == bit(0));
+    CHECK(h.splits_in_graph() == 0);
+    auto carried = h.next(cpu);
+    REQUIRE(carried.ok());
+    CHECK(carried->sync_now == bit(0));
+    CHECK(h.in_flight() == 0);
+
+    SplitSync settled = make_helper(2);
+    REQUIRE(settled.next(vulkan).ok());
+    settled.end_graph();
+    settled.synchronized(bit(0) | bit(63)); // bits past n_backends are ignored
+    CHECK(settled.in_flight() == 0);
+    CHECK(settled.next(cpu)->sync_now == 0);
+
+    // A split of another buffer type runs alongside: the carried work is only deferred.
+    SplitSync overlap = make_helper(2);
+    REQUIRE(overlap.next(vulkan).ok());
+    overlap.end_graph();
+    auto other = overlap.next(sim::make_split(1, false, bit(1)));
+    CHECK(other->sync_now == 0);
+    CHECK(other->deferred == bit(0));
+}
+
+TEST_CASE("carried runs: zero hazards across graphs without a drain, hazards when forgotten",
+          "[split_sync][corpus]") {
+    // Forgets everything at each graph start, as a helper that drained without syncing would.
+    class Forgetful final : public sim::Policy {
+    public:
+        const char* name() const override { return "forgetful"; }
+        void begin(const sim::Graph& g) override {
+            g_ = &g;
+            h_ = std::make_unique<SplitSync>(make_helper(g.n_backends));
+        }
+        BackendMask before_split(std::size_t i) override {
+            if (g_->starts_graph(i)) h_->reset();
+            return h_->next(g_->splits[i])->sync_now;
+        }
+        BackendMask after_graph() override { return h_->finish(); }
+
+    private:
+        const sim::Graph* g_ = nullptr;
+        std::unique_ptr<SplitSync> h_;
+    };
+    auto helper_p = sim::make_helper_policy();
+    auto none_p = sim::make_no_sync_policy();
+    Forgetful forgetful;
+    std::uint64_t helper_hazards = 0, helper_failures = 0, cross_none = 0, forgotten = 0;
+    for (std::uint64_t seed = 1; seed <= 2000; ++seed) {
+        const sim::Graph run = sim::carried_run(seed, 3, {2, 4, 1, 16});
+        REQUIRE(run.graph_starts.size() == 2);
+        const sim::SimResult h = sim::simulate(run, *helper_p);
+        helper_hazards += h.hazards;
+        helper_failures += h.policy_failure.empty() ? 0 : 1;
+        CHECK(h.drain_syncs == 0); // a carried run never drains
+        const sim::SimResult none = sim::simulate(run, *none_p);
+        for (const sim::Hazard& hz : none.hazard_list) {
+            const bool across = std::any_of(run.graph_starts.begin(), run.graph_starts.end(),
+                                            [&](std::uint32_t s) { return hz.earlier < s && s <= hz.later; });
+            cross_none += across ? 1 : 0;
+        }
+        forgotten += sim::simulate(run, forgetful).hazards;
+    }
+    CHECK(helper_hazards == 0);
+    CHECK(helper_failures == 0);
+    CHECK(cross_none > 0); // the runs do race across graphs without syncs...
+    CHECK(forgotten > 0);  // ...and a helper that forgot the previous graph lets that through
+}
+
 TEST_CASE("the simulator catches a helper that drops syncs", "[split_sync][simulator]") {
     DroppingHelper broken;
     std::uint64_t hazards = 0;

@@ -98,3 +98,32 @@ TEST_CASE("replayed traces: the three-backend shape races under upstream, never 
         CHECK(h.policy_failure.empty());
     }
 }
+
+TEST_CASE("a carried run reads back as one graph: its graph starts and the engine's syncs") {
+    for (std::uint64_t seed = 1; seed <= 50; ++seed) {
+        const Graph written = carried_run(seed, 4);
+        INFO(written.name);
+        auto read = parse_split_trace("sync backends=0x3\n" + format_split_trace(written), "t");
+        REQUIRE(read.ok());
+        REQUIRE(read->size() == 1); // a sync before the first graph applies to nothing
+        const Graph& g = read->front();
+        CHECK(same_splits(g, written));
+        CHECK(g.carried);
+        CHECK(g.graph_starts == written.graph_starts);
+        for (std::size_t i = 0; i < written.splits.size(); ++i) {
+            CHECK(g.engine_synced_before(i) == written.engine_synced_before(i));
+        }
+        CHECK(g.engine_synced_end == written.engine_synced_end);
+    }
+    // A graph without carry=1 ends the run: the next block is a graph of its own.
+    auto two = parse_split_trace("graph n_backends=1 carry=1\nend\ngraph n_backends=1\nend\n"
+                                 "graph n_backends=1\nend\n", "t");
+    REQUIRE(two.ok());
+    CHECK(two->size() == 2);
+    auto bad = parse_split_trace("graph n_backends=1 carry=1\nend\ngraph n_backends=2\nend\n", "t");
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.error().message, Catch::StartsWith("t:3: graph of 2 backends continues one of 1"));
+    auto bad_sync = parse_split_trace("graph n_backends=1\nend\nsync mask=1\n", "t");
+    REQUIRE_FALSE(bad_sync.ok());
+    CHECK_THAT(bad_sync.error().message, Catch::StartsWith("t:3: sync needs backends=MASK"));
+}

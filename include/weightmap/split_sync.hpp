@@ -8,10 +8,12 @@
 // (upstream ggml #26040: Vulkan still reading `input_embed` while a CPU split overwrote it).
 //
 // This helper answers, per split and before it starts, which backends the host must synchronize
-// now, which syncs it may defer, and at the end of the graph which backends must still be
-// drained. It is pure: no OS call, no global state, no allocation after create() except for an
-// error's message. Its rule is proven race-free by the simulator in lib/testkit/split_sim.cpp over
-// 10,000 seeded random graphs; docs/split_sync.md states the rule and the hazards that shaped it.
+// now and which syncs it may defer; at the end of a graph, either which backends must be drained
+// (finish()) or nothing: the work in flight is carried into the next graph (end_graph()). It is
+// pure: no OS call, no global state, no allocation after create() except for an error's message.
+// Its rule is proven race-free by the simulator in testkit/split_sim.cpp over 10,000 seeded
+// random graphs and 2,000 carried runs; docs/split_sync.md states the rule and the hazards that
+// shaped it.
 //
 // Model of the engine the answers are valid for (the ggml scheduler's own behaviour):
 //  - a backend runs its splits in submission order (one in-order queue per backend);
@@ -106,7 +108,8 @@ struct SplitSyncDecision {
 
     /// Asynchronous backends other than the split's that may still run while it runs: their
     /// sync is deferred. It will be listed in the sync_now of a later split that would race with
-    /// them, or in the drain returned by SplitSync::finish().
+    /// them, or in the drain returned by SplitSync::finish() (with end_graph(): in a later
+    /// graph's split that would race with them, or never, once the engine synchronized them).
     BackendMask deferred = 0;
 };
 
@@ -140,7 +143,27 @@ public:
     /// Ends the graph: returns the backends to synchronize now (SplitSyncPlan::drain). The
     /// caller must synchronize them before the next graph's first split; the helper then
     /// assumes every submitted split has finished and starts a new graph. Never fails.
+    /// A scheduler that overlaps graphs calls end_graph() instead.
     BackendMask finish() noexcept;
+
+    /// Ends the graph without a drain: the work still in flight is carried into the next graph,
+    /// whose splits are synchronized against it where they share a buffer type (the graph
+    /// allocator hands the next graph the same buffers), so no graph waits for more than its
+    /// own hazards. For an engine that synchronizes everything itself before it reads results
+    /// (ggml_backend_sched_synchronize) and reports that through synchronized(): a drain at
+    /// the end of every graph cost ggml one blocking sync per token and removed the overlap
+    /// of pipeline parallelism (docs/split_sync.md). Never fails.
+    void end_graph() noexcept;
+
+    /// The engine synchronized `backends` itself, outside the helper's answers (a full
+    /// synchronization before reading results, or before reallocating the graph's buffers):
+    /// the host knows all their submitted work finished, and what they waited for. Bits at or
+    /// above n_backends are ignored. Never fails; may be called between graphs or splits.
+    void synchronized(BackendMask backends) noexcept;
+
+    /// Backends with submitted work the host does not know finished: what a full
+    /// synchronization would wait for (finish() drains a subset of them that covers the rest).
+    BackendMask in_flight() const noexcept;
 
     /// Forgets everything, as if freshly created (use after an aborted graph once the engine
     /// has synchronized all backends).

@@ -569,6 +569,13 @@ WM_API wm_status wm_split_sync_next(wm_split_sync* sync, const wm_split_desc* sp
 /* Ends the graph: the backends to synchronize now; 0 for a NULL handle. */
 WM_API uint64_t wm_split_sync_finish(wm_split_sync* sync);
 WM_API void wm_split_sync_reset(wm_split_sync* sync);
+/* Ends the graph without a drain: work in flight is carried into the next graph (split_sync.hpp,
+ * SplitSync::end_graph). No-op for a NULL handle. */
+WM_API void wm_split_sync_end_graph(wm_split_sync* sync);
+/* The engine synchronized `backends` itself (SplitSync::synchronized). */
+WM_API void wm_split_sync_synchronized(wm_split_sync* sync, uint64_t backends);
+/* Backends with work the host does not know finished; 0 for a NULL handle. */
+WM_API uint64_t wm_split_sync_in_flight(const wm_split_sync* sync);
 
 #ifdef __cplusplus
 } /* extern "C" */

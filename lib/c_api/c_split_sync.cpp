@@ -67,4 +67,16 @@ void wm_split_sync_reset(wm_split_sync* sync) {
     if (sync != nullptr) sync->sync.reset();
 }
 
+void wm_split_sync_end_graph(wm_split_sync* sync) {
+    if (sync != nullptr) sync->sync.end_graph();
+}
+
+void wm_split_sync_synchronized(wm_split_sync* sync, uint64_t backends) {
+    if (sync != nullptr) sync->sync.synchronized(backends);
+}
+
+uint64_t wm_split_sync_in_flight(const wm_split_sync* sync) {
+    return sync == nullptr ? 0 : sync->sync.in_flight();
+}
+
 } // extern "C"

@@ -3,7 +3,7 @@
  * upstream race (a Vulkan split copying `input_embed` asynchronously, then an input-less CPU
  * split reusing that buffer type, must sync Vulkan), the drain, deferral, three backends, a
  * chain of event waits, the HIP deferral shape, sync_deferred_before_reuse, a rejected
- * description leaving the state unchanged, and reset. Every expected mask is derived by hand
+ * description leaving the state unchanged, reset, and a graph ended without a drain. Every expected mask is derived by hand
  * from the rule: no split starts while an unordered split on another backend touches a buffer
  * type it touches (its own, plus those its input copies read). */
 #include "c_check.h"
@@ -262,6 +262,34 @@ static void case_sixty_four_backends(void) {
     wm_split_sync_destroy(s);
 }
 
+/* A graph ended without a drain: the Vulkan split's work is carried into the next graph, where a
+ * CPU split of its buffer type syncs it, unless the engine synchronized it in between. */
+static void case_end_graph_carries_into_the_next_graph(void) {
+    wm_split_sync* s = helper(2, false);
+    REQUIRE(s != NULL);
+    wm_split_sync_decision d = {.struct_size = sizeof d};
+    wm_split_desc vulkan = split(0, true, BIT(0), 0, 0, true, false);
+    wm_split_desc cpu = split(1, false, BIT(0), 0, 0, true, false);
+    REQUIRE_OK(wm_split_sync_next(s, &vulkan, &d));
+    wm_split_sync_end_graph(s);
+    CHECK_EQ(wm_split_sync_in_flight(s), BIT(0));
+    REQUIRE_OK(wm_split_sync_next(s, &cpu, &d));
+    CHECK_EQ(d.sync_now, BIT(0));
+    CHECK_EQ(wm_split_sync_in_flight(s), 0);
+
+    REQUIRE_OK(wm_split_sync_next(s, &vulkan, &d));
+    wm_split_sync_end_graph(s);
+    wm_split_sync_synchronized(s, BIT(0));
+    CHECK_EQ(wm_split_sync_in_flight(s), 0);
+    REQUIRE_OK(wm_split_sync_next(s, &cpu, &d));
+    CHECK_EQ(d.sync_now, 0);
+    wm_split_sync_destroy(s);
+
+    wm_split_sync_end_graph(NULL);
+    wm_split_sync_synchronized(NULL, BIT(0));
+    CHECK_EQ(wm_split_sync_in_flight(NULL), 0);
+}
+
 int main(void) {
     C_RUN(case_defaults);
     C_RUN(case_upstream_vulkan_input_embed_race);
@@ -271,5 +299,6 @@ int main(void) {
     C_RUN(case_sync_deferred_before_reuse);
     C_RUN(case_rejected_description_leaves_the_state_unchanged);
     C_RUN(case_sixty_four_backends);
+    C_RUN(case_end_graph_carries_into_the_next_graph);
     return c_check_finish();
 }

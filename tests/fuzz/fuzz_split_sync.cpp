@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer target: arbitrary bytes -> a split sequence (valid or not) -> the helper, both forms,
-// and the simulator. Traps when the helper's answers allow a hazard or miss a drain, when the
-// incremental and whole-graph forms disagree (decisions, drain, or the error and where), or
-// when a reused object gives different answers from a fresh one.
+// and the simulator, as one graph and as graphs carried without a drain. Traps when the helper's
+// answers allow a hazard or miss a drain, when the incremental and whole-graph forms disagree
+// (decisions, drain, or the error and where), or when a reused object gives different answers
+// from a fresh one.
 //
 // Layout: [n_backends-1 (low 3 bits) | reuse flag (bit 3)] [async bits]
 //         then 5 bytes per split (at most 256 splits):
@@ -134,6 +135,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 fail();
             }
         }
+    }
+
+    // The same splits as engine graphs carried without a drain (end_graph), cut where the
+    // input's bytes say, the engine synchronizing everything before some of them.
+    graph.carried = true;
+    graph.engine_synced_end = ~BackendMask{0};
+    for (std::size_t i = 1; i < splits.size(); ++i) {
+        if ((data[1] ^ static_cast<std::uint8_t>(i * 37)) % 5 == 0) {
+            graph.graph_starts.push_back(static_cast<std::uint32_t>(i));
+            graph.engine_synced.resize(i + 1, 0);
+            graph.engine_synced[i] = (data[1] & 0x10) != 0 && i % 2 == 0 ? ~BackendMask{0} : 0;
+        }
+    }
+    sim::allocate_regions(graph, seed | 1);
+    auto carried = sim::make_helper_policy(params);
+    const sim::SimResult result = sim::simulate(graph, *carried);
+    if (result.hazards != 0 || result.drain_syncs != 0 || !result.policy_failure.empty()) {
+        fail();
     }
     return 0;
 }
