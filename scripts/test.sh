@@ -51,7 +51,10 @@ count_consumers() {
 # tokens are identical and the import arm imported >= 99 % of the device bytes (dense-big: with
 # every layer on the device), or, for refused-all and stock, peaked within 5 % of upstream's RSS;
 # a split-sync case when its tokens are identical under both rules, the helper's replay shows no
-# hazard and it synced no more than upstream (run.sh's exit status also covers the single
+# hazard and it synced no more than upstream, drains included; a split-sync ggml case (the real
+# scheduler, split_sync_check.cpp) when >= 1000 runs gave no wrong output under upstream's rule
+# and the helper, their replays show no hazard, the race's replay without a rule does, and on the
+# deferred shape the helper synced less than upstream (run.sh's exit status also covers the single
 # checks: a refused import alone, --check-tensors, a corrupt model); a server line when every
 # server answered with the same tokens; the multiproc line when three importing servers saved
 # >= 98 % of 3x the device bytes of RssAnon against both copying arms; a speed line when the
@@ -78,8 +81,15 @@ count_llama() {
     }
     /^llama.cpp speed / { if (/ tokens_identical=yes / && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
     /^split_sync case=/ {
-      if (/ tokens_identical=yes / && num("replay_hazards_helper") == 0 &&
-          num("syncs_helper") >= 0 && num("syncs_helper") <= num("syncs_upstream")) ok++; else bad++
+      if (/ tokens_identical=yes / && num("replay_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
+          num("drains_helper") >= 0 && num("syncs_helper") + num("drains_helper") <= num("syncs_upstream")) ok++; else bad++
+    }
+    /^split_sync ggml case=/ {
+      pass = num("runs") >= 1000 && num("wrong_runs_upstream") == 0 && num("wrong_runs_helper") == 0 &&
+             num("replay_hazards_upstream") == 0 && num("replay_hazards_helper") == 0
+      if (/ case=deferred /) pass = pass && num("syncs_helper") >= 0 && num("syncs_helper") < num("syncs_upstream")
+      if (/ case=race /) pass = pass && num("replay_hazards_norule") > 0
+      if (pass) ok++; else bad++
     } END { print ok + 0, bad + 0 }' "$1" 2> /dev/null || echo "0 0")
   ((ok + bad > 0)) || bad=1
   passed=$((passed + ok))

@@ -177,40 +177,97 @@ check_truncated_model() { # MODEL
   done
 }
 
-# The scheduler's split ordering: helper vs upstream, traced and replayed.
+# The scheduler's split ordering: helper vs upstream on llama.cpp's graphs, traced and replayed,
+# then the real-scheduler checks of split_sync_check.cpp.
 run_split_sync() { # MODELS_DIR
-  local replay_bin=$libwm_build/bench/bench_split_sync c name model rule log stats replayed same splits
-  local -a extra
-  field() { sed -nE "s/.*[ ]$1=([0-9]+).*/\1/p" <<< "$2"; }
-  printf '\n%-20s %-9s %7s %7s %6s %6s %15s %15s\n' case rule graphs splits syncs drains replay_hazards replay_syncs
-  for c in "dense-partial|$1/llama-dense.gguf|-ngl 1" "moe-experts-on-cpu|$1/llama-moe.gguf|-ot exps=CPU"; do
+  local c name model rest rpc_pid rpc=127.0.0.1:${SPLIT_SYNC_RPC_PORT:-50917}
+  # a third backend: the CPU of a ggml-rpc-server on loopback, next to Vulkan and the local CPU
+  "$bin/ggml-rpc-server" -H "${rpc%:*}" -p "${rpc#*:}" -d CPU -t 1 > "$out/logs/rpc-server.log" 2>&1 &
+  rpc_pid=$!
+  for _ in $(seq 100); do (: < "/dev/tcp/${rpc%:*}/${rpc#*:}") 2> /dev/null && break; sleep 0.1; done
+  printf '\n%-22s %-9s %7s %7s %6s %6s %15s %15s\n' case rule graphs splits syncs drains replay_hazards replay_syncs
+  for c in "dense-partial|$1/llama-dense.gguf|-ngl 1" "moe-experts-on-cpu|$1/llama-moe.gguf|-ot exps=CPU" \
+           "qwen3moe-nkvo|$1/arch/qwen3moe-moe.gguf|-nkvo -ot exps=CPU" "gemma3-ngl2|$1/arch/gemma3-dense.gguf|-ngl 2" \
+           "dense-rpc-3-backends|$1/llama-dense.gguf|--rpc $rpc -ts 1,1"; do
     IFS='|' read -r name model rest <<< "$c"
-    read -r -a extra <<< "$rest"
-    declare -A syncs=() hazards=()
-    for rule in helper upstream; do
-      log=$out/run/split-$name.$rule
-      rm -f "$log.trace"
-      generate "$log" "$bin/llama-completion" "$model" GGML_WEIGHTMAP_SPLIT_SYNC=$rule \
-        GGML_WEIGHTMAP_SPLIT_SYNC_STATS=1 GGML_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
-      stats=$(grep -m1 '^split_sync: rule=' "$log.err" || true)
-      "$replay_bin" --replay "$log.trace" > "$log.replay" 2>&1 || true
-      replayed=$(grep "^replay rule=$rule " "$log.replay" || true)
-      syncs[$rule]=$(field "syncs_$rule" "$stats")
-      hazards[$rule]=$(field hazards "$replayed")
-      printf '%-20s %-9s %7s %7s %6s %6s %15s %15s\n' "$name" "$rule" "$(field graphs "$stats")" \
-        "$(field splits "$stats")" "${syncs[$rule]:-?}" "$(field drains "$stats")" "${hazards[$rule]:-?}" \
-        "$(field syncs "$replayed")"
-    done
-    same=no
-    same_tokens "$out/run/split-$name.helper" "$out/run/split-$name.upstream" && same=yes
-    splits=$(field splits "$(grep -m1 '^split_sync: rule=' "$out/run/split-$name.helper.err" || true)")
-    summaries+=("split_sync case=$name splits=${splits:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
-    [[ $same == yes ]] || fail "split-sync $name: the rules generated different tokens"
-    [[ ${hazards[helper]:-x} == 0 ]] || fail "split-sync $name: the helper's replay shows hazards"
-    [[ -n ${syncs[helper]:-} && -n ${syncs[upstream]:-} ]] && ((syncs[helper] <= syncs[upstream])) ||
-      fail "split-sync $name: the helper synced more than upstream"
-    unset syncs hazards
+    split_sync_case "$name" "$model" "$rest"
   done
+  kill "$rpc_pid" 2> /dev/null; wait "$rpc_pid" 2> /dev/null || true
+  split_sync_ggml race
+  split_sync_ggml deferred
+}
+
+# sed: the number after " KEY=" in TEXT.
+field() { sed -nE "s/.*[ ]$1=([0-9.]+).*/\1/p" <<< "$2" | head -n 1; }
+
+# One llama.cpp case under both rules: GGML_WEIGHTMAP_SPLIT_SYNC_STATS counts every sync the helper
+# caused, drains included; the helper may not sync more than the old rule.
+split_sync_case() { # NAME MODEL FLAGS
+  local name=$1 model=$2 replay_bin=$libwm_build/bench/bench_split_sync rule log stats replayed same
+  local -a extra
+  read -r -a extra <<< "$3"
+  declare -A syncs=() hazards=() drains=() splits=()
+  for rule in helper upstream; do
+    log=$out/run/split-$name.$rule
+    rm -f "$log.trace"
+    generate "$log" "$bin/llama-completion" "$model" GGML_WEIGHTMAP_SPLIT_SYNC=$rule \
+      GGML_WEIGHTMAP_SPLIT_SYNC_STATS=1 GGML_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
+    stats=$(grep -m1 '^split_sync: rule=' "$log.err" || true)
+    "$replay_bin" --replay "$log.trace" > "$log.replay" 2>&1 || true
+    replayed=$(grep "^replay rule=$rule " "$log.replay" || true)
+    syncs[$rule]=$(field "syncs_$rule" "$stats")
+    drains[$rule]=$(field drains "$stats")
+    splits[$rule]=$(field splits "$stats")
+    hazards[$rule]=$(field hazards "$replayed")
+    printf '%-22s %-9s %7s %7s %6s %6s %15s %15s\n' "$name" "$rule" "$(field graphs "$stats")" \
+      "${splits[$rule]:-?}" "${syncs[$rule]:-?}" "${drains[$rule]:-?}" "${hazards[$rule]:-?}" \
+      "$(field syncs "$replayed")"
+  done
+  same=no
+  same_tokens "$out/run/split-$name.helper" "$out/run/split-$name.upstream" && same=yes
+  summaries+=("split_sync case=$name splits=${splits[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} drains_helper=${drains[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
+  [[ $same == yes ]] || fail "split-sync $name: the rules generated different tokens"
+  [[ ${hazards[helper]:-x} == 0 ]] || fail "split-sync $name: the helper's replay shows hazards"
+  [[ -n ${syncs[helper]:-} && -n ${drains[helper]:-} && -n ${syncs[upstream]:-} ]] &&
+    ((syncs[helper] + drains[helper] <= syncs[upstream])) ||
+    fail "split-sync $name: the helper synced more than upstream (drains included)"
+}
+
+# split_sync_check.cpp on the real scheduler: CASE (race|deferred), SPLIT_SYNC_RUNS (default 1000)
+# graphs per rule, rules alternating; each rule's trace replayed in the simulator.
+split_sync_ggml() { # CASE
+  local case=$1 runs=${SPLIT_SYNC_RUNS:-1000} exe=$out/split_sync_check log=$out/run/ggml-$1 rule r
+  local replay_bin=$libwm_build/bench/bench_split_sync
+  declare -A wrong=() us=() syncs=() hazards=()
+  if [[ ! -x $exe || $here/split_sync_check.cpp -nt $exe ]]; then
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -I"$out/src/ggml/include" "$here/split_sync_check.cpp" \
+      -o "$exe" -L"$bin" -lggml -lggml-base -lggml-cpu -lggml-vulkan -Wl,-rpath,"$bin" ||
+      { fail "split_sync_check.cpp does not build"; return; }
+  fi
+  rm -f "$log".*.trace
+  GGML_WEIGHTMAP_SPLIT_SYNC_STATS=1 SPLIT_SYNC_CHECK_TRACE=$log LP_NUM_THREADS=1 \
+    "$exe" "$case" "$runs" > "$log.out" 2> "$log.err" || { fail "split_sync_check $case failed; see $log.err"; return; }
+  for rule in none upstream helper; do
+    r=$(grep "^check case=$case rule=$rule " "$log.out" || true)
+    wrong[$rule]=$(field wrong_runs "$r")
+    us[$rule]=$(field us_per_graph "$r")
+    # the scheduler's counters, one stats line per block: the rule's own syncs, summed
+    syncs[$rule]=$(awk -v r="$rule" -v k="syncs_$rule" '$2 == "rule=" r {
+        for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) s += substr($i, length(k) + 2) } END { print s + 0 }' "$log.err")
+    "$replay_bin" --replay "$log.$rule.trace" > "$log.$rule.replay" 2>&1 || true
+    hazards[$rule]=$(field hazards "$(grep "^replay rule=$rule " "$log.$rule.replay" || true)")
+    printf 'split_sync_check %-8s %-9s runs=%s wrong_runs=%s us_per_graph=%s syncs=%s replay_hazards=%s\n' \
+      "$case" "$rule" "$runs" "${wrong[$rule]:-?}" "${us[$rule]:-?}" "${syncs[$rule]:-?}" "${hazards[$rule]:-?}"
+  done
+  summaries+=("split_sync ggml case=$case runs=$runs wrong_runs_norule=${wrong[none]:-?} wrong_runs_upstream=${wrong[upstream]:-?} wrong_runs_helper=${wrong[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} us_per_graph_upstream=${us[upstream]:-?} us_per_graph_helper=${us[helper]:-?} replay_hazards_norule=${hazards[none]:-?} replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
+  [[ ${wrong[upstream]:-x} == 0 && ${wrong[helper]:-x} == 0 ]] || fail "split_sync_check $case: wrong outputs under a rule"
+  [[ ${hazards[upstream]:-x} == 0 && ${hazards[helper]:-x} == 0 ]] || fail "split_sync_check $case: the replay shows hazards under a rule"
+  if [[ $case == race ]]; then
+    [[ ${hazards[none]:-0} != 0 ]] || fail "split_sync_check race: the replay without a rule shows no hazard"
+  else
+    [[ -n ${syncs[helper]:-} && -n ${syncs[upstream]:-} ]] && ((syncs[helper] < syncs[upstream])) ||
+      fail "split_sync_check deferred: the helper did not skip upstream's sync"
+  fi
 }
 
 # Runs MODEL (64 tokens) with ENV... and writes the permissions of its mappings of MODEL once it

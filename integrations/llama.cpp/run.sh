@@ -58,8 +58,9 @@ export LD_LIBRARY_PATH=$(dirname "$(dirname "$pc")")${LD_LIBRARY_PATH:+:$LD_LIBR
 # out and run with LD_LIBRARY_PATH, which the build's RUNPATH yields to.
 bash "$here/fetch.sh" "$out/src" > "$out/logs/fetch.log" 2>&1 ||
   { tail -n 20 "$out/logs/fetch.log" >&2; exit 1; }
+# GGML_RPC: ggml-rpc-server on loopback is a third ggml backend in the scheduler checks.
 build_llama() { # WEIGHTMAP TARGETS
-  CMAKE_EXTRA_ARGS="-DLLAMA_WEIGHTMAP=$1 -DGGML_WEIGHTMAP_SPLIT_SYNC=ON" TARGETS="$2" \
+  CMAKE_EXTRA_ARGS="-DLLAMA_WEIGHTMAP=$1 -DGGML_WEIGHTMAP_SPLIT_SYNC=ON -DGGML_RPC=ON" TARGETS="$2" \
     bash "$here/build.sh" "$out/src" "$out/build" >> "$out/logs/llama-build.log" 2>&1 ||
     { tail -n 30 "$out/logs/llama-build.log" >&2; exit 1; }
 }
@@ -68,7 +69,7 @@ bin=$out/build/bin
 build_llama OFF llama-completion
 rm -rf "$out/stock" && mkdir -p "$out/stock"
 cp -a "$bin/llama-completion" "$bin"/lib*.so* "$out/stock/"
-build_llama ON "llama-completion test-llama-archs llama-quantize llama-server"
+build_llama ON "llama-completion test-llama-archs llama-quantize llama-server ggml-rpc-server"
 # The library llama-completion runs with must be the one just installed; stock llama has none
 ldd "$bin/llama-completion" | grep -q "$dest.*libweightmap" ||
   { echo "run.sh: llama-completion does not load libweightmap from $dest" >&2; exit 1; }
