@@ -65,7 +65,7 @@ count_llama() {
   read -r ok bad < <(awk '
     function num(key) { return match($0, " " key "=[0-9.]+") ? substr($0, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : -1 }
     /^llama.cpp case=/ {
-      pass = / tokens_identical=yes /
+      pass = / tokens_identical=yes( |$)/
       if (/ case=(refused-all|stock) /)
         pass = pass && num("peak_rss_mib_import") > 0 && num("peak_rss_mib_import") <= 1.05 * num("peak_rss_mib_copy")
       else
@@ -73,15 +73,15 @@ count_llama() {
       if (/ case=dense-big /) pass = pass && num("layers_on_device_import") == num("n_layers")
       if (pass) ok++; else bad++
     }
-    /^llama.cpp server case=/ { if (/ tokens_identical=yes / && num("load_s_import") > 0) ok++; else bad++ }
+    /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
       d = 3 * num("device_mib")
-      if (/ tokens_identical=yes / && d > 0 && num("sum_rss_anon_mib_copy") - num("sum_rss_anon_mib_import") >= 0.98 * d &&
+      if (/ tokens_identical=yes( |$)/ && d > 0 && num("sum_rss_anon_mib_copy") - num("sum_rss_anon_mib_import") >= 0.98 * d &&
           num("sum_rss_anon_mib_upstream") - num("sum_rss_anon_mib_import") >= 0.98 * d) ok++; else bad++
     }
-    /^llama.cpp speed / { if (/ tokens_identical=yes / && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
+    /^llama.cpp speed / { if (/ tokens_identical=yes( |$)/ && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
     /^split_sync case=/ {
-      if (/ tokens_identical=yes / && num("replay_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
+      if (/ tokens_identical=yes( |$)/ && num("replay_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
           num("drains_helper") >= 0 && num("syncs_helper") + num("drains_helper") <= num("syncs_upstream")) ok++; else bad++
     }
     /^split_sync ggml case=/ {
