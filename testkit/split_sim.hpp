@@ -57,7 +57,7 @@ struct Graph {
     std::vector<SplitDesc> splits;
     std::vector<std::vector<Access>> accesses; ///< per split; filled by allocate_regions
     /// A run of several engine graphs (a trace of ggml's scheduler): the indices of the splits
-    /// that start a later engine graph. The allocator hands each engine graph the same
+    /// that start a later engine graph, ascending. The allocator hands each engine graph the same
     /// buffers again; a policy ends the graph before without a drain (SplitSync::end_graph).
     std::vector<std::uint32_t> graph_starts;
     /// Per split, or empty: backends the engine synchronized itself just before the split,
