@@ -7,13 +7,18 @@
 // Lines starting with '#' are context. Exits 1 if the helper lets a hazard through, misses a
 // drain, fails, or is not the cheapest rule. Optional argument: number of graphs.
 //
-// bench_split_sync --replay TRACE replays a scheduler's trace (split_trace.hpp: what the patched
-// ggml scheduler writes with GGML_WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) without syncs, under the
+// bench_split_sync --replay TRACE replays a scheduler's trace (split_trace.hpp: what libllama's
+// sync hook writes with LLAMA_WEIGHTMAP_SPLIT_SYNC_TRACE=FILE) without syncs, under the
 // upstream rule and under the helper, over the simulator's reusing allocator (graphs carried
 // without a drain, as the scheduler ran them; the scheduler's own syncs included):
 //   replay rule=<none|upstream|helper> graphs=<n> splits=<n> syncs=<n> drains=<n> hazards=<n>
 // graphs counts the scheduler's graphs, syncs the rule's syncs that could block.
 // Exits 1 when the trace does not parse or the helper shows a hazard or fails.
+//
+// bench_split_sync --oracle TRACE judges the same trace from the bytes each split read and wrote
+// and the waits the scheduler made (testkit/split_oracle.hpp), independently of the helper:
+//   oracle graphs=<n> splits=<n> accesses=<n> hazards=<n>
+// Exits 1 only when the trace does not parse: hazards are the finding, for the caller to judge.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +33,7 @@
 #include <string>
 
 #include "testkit/split_sim.hpp"
+#include "testkit/split_oracle.hpp"
 #include "testkit/split_trace.hpp"
 #include "weightmap/split_sync.hpp"
 
@@ -126,15 +132,41 @@ ReplayTotals replay_rule(const std::vector<sim::Graph>& graphs, sim::Policy& pol
     return t;
 }
 
-int replay(const char* path) {
+// The whole file at `path` in `text`; false (with a message) when it cannot be read.
+bool read_trace(const char* path, std::string& text) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         std::fprintf(stderr, "bench_split_sync: cannot open %s\n", path);
+        return false;
+    }
+    std::stringstream all;
+    all << in.rdbuf();
+    text = all.str();
+    return true;
+}
+
+// The oracle's verdict on a trace with read/write/wait lines (testkit/split_oracle.hpp): from
+// the bytes each split touched and the waits made, not from the helper's model of memory.
+int oracle(const char* path) {
+    std::string text;
+    if (!read_trace(path, text)) return 1;
+    auto report = testkit::check_split_trace(text, path);
+    if (!report) {
+        std::fprintf(stderr, "bench_split_sync: %s\n", report.error().message.c_str());
         return 1;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    auto graphs = sim::parse_split_trace(text.str(), path);
+    const testkit::OracleReport& r = report.value();
+    std::printf("oracle graphs=%llu splits=%llu accesses=%llu hazards=%llu\n",
+                static_cast<unsigned long long>(r.graphs), static_cast<unsigned long long>(r.splits),
+                static_cast<unsigned long long>(r.accesses), static_cast<unsigned long long>(r.hazards));
+    if (!r.first_hazard.empty()) std::printf("# first hazard: %s\n", r.first_hazard.c_str());
+    return 0;
+}
+
+int replay(const char* path) {
+    std::string text;
+    if (!read_trace(path, text)) return 1;
+    auto graphs = sim::parse_split_trace(text, path);
     if (!graphs) {
         std::fprintf(stderr, "bench_split_sync: %s\n", graphs.error().message.c_str());
         return 1;
@@ -162,6 +194,7 @@ int replay(const char* path) {
 
 int main(int argc, char** argv) {
     if (argc == 3 && std::string(argv[1]) == "--replay") return replay(argv[2]);
+    if (argc == 3 && std::string(argv[1]) == "--oracle") return oracle(argv[2]);
     std::uint64_t n_graphs = sim::corpus_size;
     if (argc > 1) {
         n_graphs = std::strtoull(argv[1], nullptr, 10);

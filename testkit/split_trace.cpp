@@ -149,6 +149,9 @@ Result<std::vector<Graph>> parse_split_trace(std::string_view text, std::string_
         } else if (word == "end") {
             if (!reader.open) return reader.line.error("end outside a graph");
             reader.open = false;
+        } else if (word == "wait" || word == "read" || word == "write") {
+            // the oracle's lines (split_oracle.hpp): a replay simulates its rules' waits itself
+            // and decides from buffer types, not from the bytes a split touched
         } else {
             return reader.line.error(fmt::format("unknown line '{}'", word));
         }
