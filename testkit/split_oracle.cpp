@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "testkit/split_oracle.hpp"
 
-#include <cstdlib>
+#include "testkit/split_trace.hpp"
+
 #include <map>
 #include <vector>
 
@@ -11,25 +12,6 @@ namespace wm::testkit {
 namespace {
 
 using Fields = std::map<std::string, std::uint64_t>;
-
-// "key=value ..." into fields; false on a malformed word.
-bool read_fields(std::string_view rest, Fields& fields) {
-    while (!rest.empty()) {
-        const std::size_t start = rest.find_first_not_of(' ');
-        if (start == std::string_view::npos) break;
-        rest.remove_prefix(start);
-        const std::string_view word = rest.substr(0, rest.find(' '));
-        rest.remove_prefix(word.size());
-        const std::size_t eq = word.find('=');
-        if (eq == std::string_view::npos) return false;
-        const std::string value(word.substr(eq + 1));
-        char* end = nullptr;
-        const unsigned long long n = std::strtoull(value.c_str(), &end, 0);
-        if (value.empty() || end == value.c_str() || *end != '\0') return false;
-        fields[std::string(word.substr(0, eq))] = n;
-    }
-    return true;
-}
 
 struct Read {
     std::uint64_t split = 0;
@@ -88,8 +70,9 @@ Result<OracleReport> check_split_trace(std::string_view text, std::string_view s
         ++number;
         if (row.empty() || row[0] == '#') continue;
         const std::string_view word = row.substr(0, row.find(' '));
-        Fields f;
-        if (!read_fields(row.substr(word.size()), f)) return error("expected key=value fields");
+        auto parsed = sim::parse_trace_fields(row.substr(word.size()), source, number);
+        if (!parsed) return std::move(parsed).error();
+        Fields f = std::move(parsed).value();
         if (word == "graph") {
             o.submit();
             ++o.report.graphs;

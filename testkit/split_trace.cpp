@@ -17,8 +17,33 @@ struct Line {
     }
 };
 
-// "key=value key=value ..." after the line's first word, into `fields` (each key once).
+// The fields of the current line (parse_trace_fields).
 Result<std::map<std::string, std::uint64_t>> read_fields(std::string_view rest, const Line& line) {
+    return parse_trace_fields(rest, line.source, line.number);
+}
+
+// The SplitDesc of a "split" line: every field present, flags 0 or 1.
+Result<SplitDesc> read_split(std::map<std::string, std::uint64_t> f, const Line& line) {
+    static constexpr const char* names[] = {"backend", "async", "n_inputs", "input_backends",
+                                            "copies_async", "buffer_types", "writes_read_later"};
+    for (const char* name : names)
+        if (f.count(name) == 0) return line.error(fmt::format("split without field {}", name));
+    if (f.size() != std::size(names)) return line.error("split with an unknown field");
+    for (const char* flag : {"async", "copies_async", "writes_read_later"})
+        if (f[flag] > 1) return line.error(fmt::format("field {}: {} is not 0 or 1", flag, f[flag]));
+    if (f["backend"] >= split_sync_max_backends || f["n_inputs"] > UINT32_MAX)
+        return line.error("field backend or n_inputs out of range");
+    return make_split(static_cast<std::uint32_t>(f["backend"]), f["async"] == 1, f["buffer_types"],
+                      static_cast<std::uint32_t>(f["n_inputs"]), f["input_backends"],
+                      f["copies_async"] == 1, f["writes_read_later"] == 1);
+}
+
+} // namespace
+
+Result<std::map<std::string, std::uint64_t>> parse_trace_fields(std::string_view rest,
+                                                                std::string_view source,
+                                                                std::size_t number) {
+    const Line line{source, number};
     std::map<std::string, std::uint64_t> fields;
     while (!rest.empty()) {
         const std::size_t start = rest.find_first_not_of(' ');
@@ -39,24 +64,6 @@ Result<std::map<std::string, std::uint64_t>> read_fields(std::string_view rest, 
     }
     return fields;
 }
-
-// The SplitDesc of a "split" line: every field present, flags 0 or 1.
-Result<SplitDesc> read_split(std::map<std::string, std::uint64_t> f, const Line& line) {
-    static constexpr const char* names[] = {"backend", "async", "n_inputs", "input_backends",
-                                            "copies_async", "buffer_types", "writes_read_later"};
-    for (const char* name : names)
-        if (f.count(name) == 0) return line.error(fmt::format("split without field {}", name));
-    if (f.size() != std::size(names)) return line.error("split with an unknown field");
-    for (const char* flag : {"async", "copies_async", "writes_read_later"})
-        if (f[flag] > 1) return line.error(fmt::format("field {}: {} is not 0 or 1", flag, f[flag]));
-    if (f["backend"] >= split_sync_max_backends || f["n_inputs"] > UINT32_MAX)
-        return line.error("field backend or n_inputs out of range");
-    return make_split(static_cast<std::uint32_t>(f["backend"]), f["async"] == 1, f["buffer_types"],
-                      static_cast<std::uint32_t>(f["n_inputs"]), f["input_backends"],
-                      f["copies_async"] == 1, f["writes_read_later"] == 1);
-}
-
-} // namespace
 
 namespace {
 

@@ -16,6 +16,8 @@
 // Lines starting with '#' and empty lines are ignored; fields may come in any order, each once.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +26,12 @@
 #include "weightmap/result.hpp"
 
 namespace wm::testkit::sim {
+
+/// The "key=value key=value ..." fields after a trace line's first word: numbers (any base
+/// strtoull takes), each key once. Errors (ErrorKind::format) name `source` and `line`.
+Result<std::map<std::string, std::uint64_t>> parse_trace_fields(std::string_view rest,
+                                                                std::string_view source,
+                                                                std::size_t line);
 
 /// The graphs of a trace, in order, without regions (allocate_regions() makes them). Errors
 /// (ErrorKind::format) name `source`, the line and the field.
