@@ -14,8 +14,9 @@
 #        copy     LLAMA_WEIGHTMAP_IMPORT=0 (upstream's loader; AUTO load mode)
 #        upstream LLAMA_WEIGHTMAP_IMPORT=0 -lm none (upstream's default on an iGPU: no mmap,
 #                 a read into device memory)
-#        import-nopopulate  import with LLAMA_WEIGHTMAP_POPULATE=0 (the first graph faults the
-#                 imported pages in; what populate changes)
+#        import-nopopulate  import without populating first (the first graph faults the imported
+#                 pages in; what populate changes): the LLAMA_WEIGHTMAP_TESTING build run.sh
+#                 copies to OUT/testing, with its hook LLAMA_WEIGHTMAP_TEST_NO_POPULATE=1
 # Prints one row per arm and metric: the median and the spread (min..max) over REPS, and the
 # ratio of each arm's median to the import arm's; then the summary line
 #   llama.cpp speed case=... cache=... runs=... load_ratio_vs_upstream=... ttft_ratio_vs_upstream=...
@@ -45,18 +46,21 @@ trap 'rm -rf "$runs"' EXIT
 arm_env() {
   case $1 in
     import) echo LLAMA_WEIGHTMAP_IMPORT=1 ;;
-    import-nopopulate) echo LLAMA_WEIGHTMAP_POPULATE=0 ;;
+    import-nopopulate) echo LLAMA_WEIGHTMAP_TEST_NO_POPULATE=1 ;;
     *) echo LLAMA_WEIGHTMAP_IMPORT=0 ;;
   esac
 }
 arm_flags() { [[ $1 == upstream ]] && echo "-lm none" || true; }
+# The binary directory of ARM: the test build for the arm that needs its hook.
+arm_bin() { [[ $1 == import-nopopulate ]] && echo "$out/testing" || echo "$bin"; }
 
 # One run: appends "load_s ttft_s pp_tps tg_tps peak_mib minflt" to runs/ARM.
 measure() { # ARM REP
   local arm=$1 log=$runs/$1.$2 flags
   read -r -a flags <<< "$(arm_flags "$arm")"
   [[ $cache == cold ]] && dd if="$model" iflag=nocache count=0 status=none
-  env "$(arm_env "$arm")" /usr/bin/time -f '%M %R' -o "$log.rss" "$bin/llama-completion" -m "$model" \
+  env "$(arm_env "$arm")" LD_LIBRARY_PATH="$(arm_bin "$arm"):$LD_LIBRARY_PATH" \
+    /usr/bin/time -f '%M %R' -o "$log.rss" "$(arm_bin "$arm")/llama-completion" -m "$model" \
     -p "$prompt" -n 64 --temp 0 -s 42 -no-cnv -t 2 --no-display-prompt "${flags[@]}" "${extra[@]}" \
     > "$log.out" 2> "$log.err" < /dev/null || { echo "llama_ab.sh: $arm failed; see $log.err" >&2; exit 1; }
   awk -v rss="$(tail -n 1 "$log.rss" | cut -d' ' -f1)" -v minflt="$(tail -n 1 "$log.rss" | cut -d' ' -f2)" '

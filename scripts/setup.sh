@@ -14,6 +14,7 @@ packages=(
   util-linux mount                             # unshare/mount for read-only-mount tests
   glslc spirv-headers                          # llama.cpp's Vulkan shaders (integrations/llama.cpp)
   time                                         # peak RSS of each llama.cpp run (/usr/bin/time -f %M)
+  ccache                                       # llama.cpp: the upstream and series trees share objects
 )
 # npm fetches llama.cpp's source (node-llama-cpp's bundle); Debian's package when npm is absent
 # (a NodeSource nodejs already carries its own npm, and conflicts with Debian's).

@@ -48,13 +48,19 @@ count_consumers() {
 }
 
 # Counts integrations/llama.cpp/run.sh's summary lines: a weight case passes when its arms'
-# tokens are identical and the import arm imported >= 99 % of the device bytes (dense-big: with
-# every layer on the device), or, for refused-all and stock, peaked within 5 % of upstream's RSS;
+# tokens are identical, its own check (check=) did not fail, and the import arm imported >= 99 %
+# of the device bytes (dense-big: with every layer on the device), or, for refused-all, peaked
+# within 5 % of a pristine upstream build's RSS, or, for refused-real, no-mmap and dio, its check
+# passed (the driver's refusal logged; the import stepped aside as upstream loads); a single check
+# (kind=check) when it passed; a stock line when the series without options matched the pristine
+# upstream build (tokens, load mode, buffer lines) with peak RSS within 1 %;
 # a split-sync case when its tokens are identical under both rules, the helper's replay shows no
 # hazard and it synced no more than upstream, drains included; a split-sync ggml case (the real
 # scheduler, split_sync_check.cpp) when >= 1000 runs gave no wrong output under upstream's rule
 # and the helper, their replays show no hazard, the race's replay without a rule does, and on the
-# deferred shape the helper synced less than upstream (run.sh's exit status also covers the single
+# deferred shape the helper synced less than upstream, and the oracle (from the bytes each split
+# touched and the waits made) finds no hazard under either rule but finds the race and the
+# in-place shape's race without one (run.sh's exit status also covers the single
 # checks: a refused import alone, --check-tensors, a corrupt model); a server line when every
 # server answered with the same tokens; the multiproc line when three importing servers saved
 # >= 98 % of 3x the device bytes of RssAnon against both copying arms; a speed line when the
@@ -64,14 +70,22 @@ count_llama() {
   local ok bad
   read -r ok bad < <(awk '
     function num(key) { return match($0, " " key "=[0-9.]+") ? substr($0, RSTART + length(key) + 2, RLENGTH - length(key) - 2) + 0 : -1 }
+    /^llama.cpp case=.* kind=check / { if (/ check=pass( |$)/) ok++; else bad++; next }
     /^llama.cpp case=/ {
-      pass = / tokens_identical=yes( |$)/
-      if (/ case=(refused-all|stock) /)
+      pass = / tokens_identical=yes( |$)/ && !/ check=fail( |$)/
+      if (/ case=refused-all /)
         pass = pass && num("peak_rss_mib_import") > 0 && num("peak_rss_mib_import") <= 1.05 * num("peak_rss_mib_copy")
+      else if (/ case=(refused-real|no-mmap|dio) /)
+        pass = pass && / check=pass( |$)/
       else
         pass = pass && num("imported_fraction") >= 0.99
       if (/ case=dense-big /) pass = pass && num("layers_on_device_import") == num("n_layers")
       if (pass) ok++; else bad++
+    }
+    /^llama.cpp stock case=/ {
+      d = num("peak_rss_mib_stock") - num("peak_rss_mib_upstream"); if (d < 0) d = -d
+      if (/ tokens_identical=yes / && / same_load_mode=yes / && / same_buffers=yes / && num("peak_rss_mib_upstream") > 0 &&
+          d <= 0.01 * num("peak_rss_mib_upstream")) ok++; else bad++
     }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
@@ -81,14 +95,16 @@ count_llama() {
     }
     /^llama.cpp speed / { if (/ tokens_identical=yes( |$)/ && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
     /^split_sync case=/ {
-      if (/ tokens_identical=yes( |$)/ && num("replay_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
+      if (/ tokens_identical=yes( |$)/ && num("replay_hazards_helper") == 0 && num("oracle_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
           num("drains_helper") >= 0 && num("syncs_helper") + num("drains_helper") <= num("syncs_upstream")) ok++; else bad++
     }
     /^split_sync ggml case=/ {
       pass = num("runs") >= 1000 && num("wrong_runs_upstream") == 0 && num("wrong_runs_helper") == 0 &&
-             num("replay_hazards_upstream") == 0 && num("replay_hazards_helper") == 0
+             num("replay_hazards_upstream") == 0 && num("replay_hazards_helper") == 0 &&
+             num("oracle_hazards_upstream") == 0 && num("oracle_hazards_helper") == 0
       if (/ case=deferred /) pass = pass && num("syncs_helper") >= 0 && num("syncs_helper") < num("syncs_upstream")
-      if (/ case=race /) pass = pass && num("replay_hazards_norule") > 0
+      if (/ case=race /) pass = pass && num("replay_hazards_norule") > 0 && num("oracle_hazards_norule") > 0
+      if (/ case=inplace /) pass = pass && num("wrong_runs_norule") > 0 && num("oracle_hazards_norule") > 0
       if (pass) ok++; else bad++
     } END { print ok + 0, bad + 0 }' "$1" 2> /dev/null || echo "0 0")
   ((ok + bad > 0)) || bad=1

@@ -23,6 +23,9 @@ make_models() { # BIN DIR
   # without libweightmap and under -lm none alike
   "$bin/llama-quantize" --tensor-type "attn_(q|k|v|output)=f32" --tensor-type "^output=f32" \
     "$dir/big/llama-moe.gguf" "$dir/q4/llama-moe-q4_0.gguf" Q4_0 2
+  # dense-shards: the small dense model as llama-gguf-split shards of at most 2 MiB
+  mkdir -p "$dir/shards"
+  "$bin/llama-gguf-split" --split --split-max-size 2M "$dir/llama-dense.gguf" "$dir/shards/llama-dense"
   "$bin/test-llama-archs" -a qwen3moe -s 42 -d 1.0 -o "$dir/arch"
   "$bin/test-llama-archs" -a gemma3 -s 42 -d 1.0 -o "$dir/arch"
 }
@@ -60,6 +63,66 @@ generate() {
   fi
 }
 
+# the loader's buffer lines of LOG, without timestamps
+buffer_lines() { grep 'model buffer size' "$1" | sed -E 's/^[0-9.]+ [A-Z] //'; }
+
+# No ggml library of the builds in DIRS lists libweightmap as NEEDED, the stock libllama (the
+# first dir) neither, and every other libllama reaches libweightmap through its C API alone (no
+# C++ wm:: symbol crosses the boundary). Prints one line per finding; fails on any.
+check_boundaries() { # STOCK_DIR DIR...
+  local dir lib n bad=0
+  for dir in "$@"; do
+    for lib in "$dir"/libggml*.so; do
+      if readelf -d "$lib" | grep NEEDED | grep -q libweightmap; then
+        echo "run.sh: $lib lists libweightmap as NEEDED" >&2; bad=1
+      fi
+    done
+  done
+  if readelf -d "$1/libllama.so" | grep NEEDED | grep -q libweightmap; then
+    echo "run.sh: the stock $1/libllama.so lists libweightmap as NEEDED" >&2; bad=1
+  fi
+  for dir in "${@:2}"; do
+    n=$(nm -D --undefined-only "$dir/libllama.so" | c++filt | grep -c 'wm::' || true)
+    if ((n > 0)); then echo "run.sh: $dir/libllama.so imports $n C++ wm:: symbols" >&2; bad=1; fi
+  done
+  return $bad
+}
+
+# check_boundaries must fail for the reasons it names: a ggml library that links libweightmap
+# and a libllama that calls its C++ API, built here in a scratch folder.
+check_boundaries_control() {
+  local dir=$out/boundaries-control
+  rm -rf "$dir" && mkdir -p "$dir" && cp "$out/stock/libllama.so" "$dir/" || return 1
+  printf '#include <weightmap/split_sync.hpp>\nvoid control() { (void) wm::SplitSync::create({2, false}); }\n' > "$dir/control.cpp"
+  # shellcheck disable=SC2046
+  g++ -std=c++17 -shared -fPIC $(pkg-config --cflags weightmap) "$dir/control.cpp" -o "$dir/libggml-control.so" \
+    $(pkg-config --libs weightmap) && cp "$dir/libggml-control.so" "$dir/libllama.so" || return 1
+  if check_boundaries "$out/stock" "$dir" 2> "$dir/findings"; then
+    fail "check_boundaries passed a ggml library linking libweightmap and a libllama using wm::"
+  fi
+  echo "boundaries control: $(grep -c . "$dir/findings") findings on a library built to break them ($(grep -o 'lists libweightmap\|C++ wm:: symbols' "$dir/findings" | sort -u | tr '\n' ';'))"
+}
+
+# The series built without any option against a pristine upstream build, on MODEL with FLAGS:
+# the same load-mode decision, the same buffer lines, the same tokens, peak RSS within 1 %.
+run_stock_case() { # NAME MODEL FLAGS
+  local name=$1 model=$2 s=$out/run/stock-$1 u=$out/run/upstream-$1 same=no mode=no bufs=no ps pu
+  local -a extra
+  read -r -a extra <<< "$3"
+  generate "$s.warm-up" "$out/stock/llama-completion" "$model" LD_LIBRARY_PATH="$out/stock:$LD_LIBRARY_PATH" -- -n 1 "${extra[@]}"
+  generate "$s" "$out/stock/llama-completion" "$model" LD_LIBRARY_PATH="$out/stock:$LD_LIBRARY_PATH" -- "${extra[@]}"
+  generate "$u" "$upstream_bin/llama-completion" "$model" LD_LIBRARY_PATH="$upstream_bin:$LD_LIBRARY_PATH" -- "${extra[@]}"
+  same_tokens "$s" "$u" && same=yes
+  [[ -n $(load_mode "$s.err") && $(load_mode "$s.err") == "$(load_mode "$u.err")" ]] && mode=yes
+  [[ -n $(buffer_lines "$s.err") && $(buffer_lines "$s.err") == "$(buffer_lines "$u.err")" ]] && bufs=yes
+  ps=$(peak_mib "$s.maxrss") pu=$(peak_mib "$u.maxrss")
+  summaries+=("llama.cpp stock case=$name tokens_identical=$same same_load_mode=$mode same_buffers=$bufs peak_rss_mib_stock=$ps peak_rss_mib_upstream=$pu load_s_stock=$(load_seconds "$s.err") load_s_upstream=$(load_seconds "$u.err")")
+  [[ $same == yes && $mode == yes && $bufs == yes ]] || fail "stock $name: differs from upstream (tokens $same, load mode $mode, buffers $bufs)"
+  ! grep -q weightmap "$s.err" || fail "stock $name: the stock build logs weightmap lines"
+  awk -v a="$ps" -v b="$pu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= 0.01 * b) }' ||
+    fail "stock $name: peak RSS $ps MiB, upstream $pu MiB: more than 1 % apart"
+}
+
 print_header() {
   printf '%-24s %-8s %9s %9s %7s %7s %8s %8s %8s\n' case arm device import imports layers rss_anon peak_MiB load_s
 }
@@ -81,12 +144,25 @@ run_case() { # NAME MODEL EXTRA KIND
     import)
       generate "$i" "$bin/llama-completion" "$model" -- "${extra[@]}"
       generate "$k" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_IMPORT=0 -- "${extra[@]}" ;;
-    refused) # every import refused, against upstream's default on an iGPU: no mmap, a read
-      generate "$i" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=all -- "${extra[@]}"
-      generate "$k" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_IMPORT=0 -- -lm none "${extra[@]}" ;;
-    stock) # the build without LLAMA_WEIGHTMAP against the build with it, importing nothing
-      generate "$i" "$out/stock/llama-completion" "$model" LD_LIBRARY_PATH="$out/stock:$LD_LIBRARY_PATH" -- "${extra[@]}"
+    refused) # every import refused (the test build's hook), against a pristine upstream build's
+      # default on this device, same flags
+      generate "$i" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+        LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=all -- "${extra[@]}"
+      generate "$k" "$upstream_bin/llama-completion" "$model" LD_LIBRARY_PATH="$upstream_bin:$LD_LIBRARY_PATH" -- "${extra[@]}" ;;
+    refused-real) # the driver's own refusal: ggml-vulkan's buffer limit (its GGML_VK_FORCE_MAX_BUFFER_SIZE)
+      # below the import, above its allocation blocks, so buffer_from_host_ptr returns NULL
+      generate "$i" "$bin/llama-completion" "$model" GGML_VK_FORCE_MAX_BUFFER_SIZE=2097152 \
+        GGML_VK_SUBALLOCATION_BLOCK_SIZE=1048576 -- "${extra[@]}"
       generate "$k" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_IMPORT=0 -- "${extra[@]}" ;;
+    igpu) # AUTO on a device typed iGPU (the test build's GGML_VK_TEST_REPORT_IGPU=1): upstream turns
+      # mmap off there; the copy arm is the same build importing nothing (stock is upstream)
+      generate "$i" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+        GGML_VK_TEST_REPORT_IGPU=1 -- "${extra[@]}"
+      generate "$k" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+        GGML_VK_TEST_REPORT_IGPU=1 LLAMA_WEIGHTMAP_IMPORT=0 -- "${extra[@]}" ;;
+    aside) # --no-mmap or direct I/O: no import, loaded exactly as upstream loads it
+      generate "$i" "$bin/llama-completion" "$model" -- "${extra[@]}"
+      generate "$k" "$upstream_bin/llama-completion" "$model" LD_LIBRARY_PATH="$upstream_bin:$LD_LIBRARY_PATH" -- "${extra[@]}" ;;
   esac
   print_arm "$name" "$kind" "$i"
   print_arm "$name" copy "$k"
@@ -108,7 +184,17 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
   device=$(wm_field device "$i.err")
   fraction=$(awk -v a="$(wm_field imported "$i.err")" -v d="$device" 'BEGIN { printf "%.4f", (d > 0 ? a / d : 0) }')
   peak_i=$(peak_mib "$i.maxrss") peak_k=$(peak_mib "$k.maxrss")
-  summaries+=("llama.cpp case=$name tokens_identical=$same device_mib=$device imported_fraction=$fraction imports=$(wm_field imports "$i.err") layers_on_device_import=$(layers "$i.err" 1) layers_on_device_copy=$(layers "$k.err" 1) n_layers=$(layers "$i.err" 2) import_rss_anon_delta_mib=$(wm_field rss "$i.err") copy_rss_anon_delta_mib=$(wm_field rss "$k.err") peak_rss_mib_import=$peak_i peak_rss_mib_copy=$peak_k load_s_import=$(load_seconds "$i.err") load_s_copy=$(load_seconds "$k.err")")
+  local check=pass
+  case $kind in
+    refused-real) grep -q 'buffer_from_host_ptr(.*) returned NULL' "$i.err" && awk -v f="$fraction" 'BEGIN { exit !(f < 0.99) }' || check=fail ;;
+    igpu) # only the imports come from a mapping: the CPU's tensors are read into the same buffers
+      [[ $(load_mode "$i.err") == none && $(load_mode "$k.err") == none &&
+         $(buffer_lines "$i.err" | grep -v Vulkan0) == "$(buffer_lines "$k.err" | grep -v Vulkan0)" ]] &&
+        ! grep -q 'mmap enabled' "$i.err" || check=fail ;;
+    aside) grep -q 'weightmap: disabled' "$i.err" && [[ $(buffer_lines "$i.err") == "$(buffer_lines "$k.err")" &&
+             $(load_mode "$i.err") == "$(load_mode "$k.err")" ]] || check=fail ;;
+  esac
+  summaries+=("llama.cpp case=$name tokens_identical=$same device_mib=$device imported_fraction=$fraction imports=$(wm_field imports "$i.err") layers_on_device_import=$(layers "$i.err" 1) layers_on_device_copy=$(layers "$k.err" 1) n_layers=$(layers "$i.err" 2) import_rss_anon_delta_mib=$(wm_field rss "$i.err") copy_rss_anon_delta_mib=$(wm_field rss "$k.err") peak_rss_mib_import=$peak_i peak_rss_mib_copy=$peak_k load_s_import=$(load_seconds "$i.err") load_s_copy=$(load_seconds "$k.err") check=$check")
   [[ $same == yes ]] || fail "$name: the arms generated different tokens"
   case $kind in
     import)
@@ -116,22 +202,25 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
       if [[ $name == dense-big && $(layers "$i.err" 1) != "$(layers "$i.err" 2)" ]]; then
         fail "$name: -fit offloaded $(layers "$i.err" 1) of $(layers "$i.err" 2) layers in the import arm (imported weights cost no device memory)"
       fi ;;
-    refused|stock)
-      awk -v a="$peak_i" -v b="$peak_k" 'BEGIN { exit !(a > 0 && b > 0 && a <= 1.05 * b) }' ||
-        fail "$name: peak RSS $peak_i MiB is more than 5 % above upstream's $peak_k MiB" ;;&
     refused)
+      awk -v a="$peak_i" -v b="$peak_k" 'BEGIN { exit !(a > 0 && b > 0 && a <= 1.05 * b) }' ||
+        fail "$name: peak RSS $peak_i MiB is more than 5 % above upstream's $peak_k MiB"
       grep -q 'falling back to a device copy' "$i.err" || fail "$name: no refusal was logged" ;;
-    stock)
-      ! grep -q weightmap "$i.err" || fail "$name: the stock build logs weightmap lines"
-      [[ $(load_mode "$i.err") == "$(load_mode "$k.err")" ]] ||
-        fail "$name: load mode $(load_mode "$i.err") in the stock build, $(load_mode "$k.err") with LLAMA_WEIGHTMAP" ;;
+    refused-real)
+      [[ $check == pass ]] || fail "$name: the driver's refusal was not logged, or the run still imported" ;;
+    aside)
+      [[ $check == pass ]] || fail "$name: the import did not step aside as upstream loads (buffers or load mode differ)" ;;
+    igpu)
+      [[ $check == pass ]] || fail "$name: on an iGPU the CPU's tensors did not load as upstream loads them (load mode, buffers or a mmap warning)"
+      awk -v f="$fraction" 'BEGIN { exit !(f >= 0.99) }' || fail "$name: the iGPU imported < 99 % of its device bytes" ;;
   esac
 }
 
 # One refused import falls back alone: the big model's other imports stay.
 check_refused_run_alone() { # MODEL
   local log=$out/run/refused-second
-  generate "$log" "$bin/llama-completion" "$1" LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=2 --
+  generate "$log" "$out/testing/llama-completion" "$1" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+    LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=2 --
   local imports imported device
   imports=$(wm_field imports "$log.err") imported=$(wm_field imported "$log.err") device=$(wm_field device "$log.err")
   echo "refused 2nd import: $(grep -m1 'falling back to a device copy' "$log.err" | sed 's/.*llama_weightmap: //')"
@@ -151,19 +240,32 @@ run_corrupt() { # LOG MODEL ARM FLAGS...
   echo "$rc"
 }
 
-# --check-tensors validates imported tensors too: a NaN written into a device tensor fails the
-# load in both arms.
-check_tensors_validated() { # MODEL
-  local bad=$out/models/nan.gguf arm rc
+# One check's summary line: NAME, pass or fail, then KEY=VALUE details.
+check_line() { # NAME PASS DETAILS...
+  local name=$1 pass=$2; shift 2
+  summaries+=("llama.cpp case=$name kind=check $* check=$pass")
+  [[ $pass == pass ]] || fail "$name: failed ($*)"
+}
+
+# --check-tensors validates imported tensors where they are mapped: a NaN written into the first
+# tensor of the first import that IMPORT_LOG reports (F32 weights) fails the load in both arms,
+# and the corrupt model's own import run reports that tensor imported again.
+check_tensors_validated() { # MODEL IMPORT_LOG
+  local bad=$out/models/nan.gguf arm rc line tensor offset pass=pass detail=""
+  line=$(grep -m1 -E 'llama_weightmap: .*: import 0: .* tensors from ' "$2.err") ||
+    { check_line check-tensors-nan-imported fail "no import reported in $2.err"; return; }
+  tensor=$(sed -nE 's/.* tensors from ([^ ]+) at ([0-9]+)$/\1/p' <<< "$line")
+  offset=$(sed -nE 's/.* tensors from ([^ ]+) at ([0-9]+)$/\2/p' <<< "$line")
   cp "$1" "$bad"
-  # the middle of the file lies inside a layer's F32 weights (device tensors at the default -ngl)
-  printf '\xff\xff\xff\x7f%.0s' $(seq 64) | dd of="$bad" bs=1 seek=$(($(stat -c %s "$bad") / 2 / 4 * 4)) conv=notrunc status=none
+  printf '\xff\xff\xff\x7f%.0s' $(seq 64) | dd of="$bad" bs=1 seek="$offset" conv=notrunc status=none
   for arm in import copy; do
     rc=$(run_corrupt "$out/run/nan.$arm" "$bad" "$arm" --check-tensors)
-    echo "--check-tensors, NaN in a device tensor ($arm arm): exit $rc, $(grep -m1 'invalid data' "$out/run/nan.$arm.err" || echo 'not found')"
-    ((rc != 0 && rc < 128)) && grep -q 'invalid data' "$out/run/nan.$arm.err" ||
-      fail "--check-tensors did not reject the corrupt tensor in the $arm arm"
+    detail+=" exit_$arm=$rc"
+    ((rc != 0 && rc < 128)) && grep -q "tensor '$tensor' has invalid data" "$out/run/nan.$arm.err" || pass=fail
   done
+  grep -qE ": import 0: .* tensors from $tensor at $offset\$" "$out/run/nan.import.err" || pass=fail
+  echo "--check-tensors, NaN in imported $tensor at $offset: $(grep -m1 'invalid data' "$out/run/nan.import.err" | sed -E 's/^[0-9.]+ [A-Z] //')"
+  check_line check-tensors-nan-imported "$pass" "tensor=$tensor offset=$offset$detail"
 }
 
 # A truncated model fails cleanly in both arms (an error, never a signal).
@@ -175,6 +277,34 @@ check_truncated_model() { # MODEL
     ((rc != 0 && rc < 128)) || fail "a truncated model ended with status $rc in the $arm arm (expected an error)"
     echo "corrupt model ($arm arm): exit $rc, $(grep -m1 -iE 'error|failed' "$out/run/truncated.$arm.err" || echo 'no message')"
   done
+}
+
+# The file cut inside an imported extent after the plan was made (the test build's hook, on a
+# copy): the load fails with an error naming the file, never a signal.
+check_truncated_after_planning() { # MODEL
+  local copy=$out/models/truncated-after-planning.gguf log=$out/run/truncated-after-planning rc=0 pass=pass
+  cp "$1" "$copy"
+  env LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" LLAMA_WEIGHTMAP_TEST_TRUNCATE_AFTER_PLANNING=1 \
+    "$out/testing/llama-completion" -m "$copy" "${common[@]}" > "$log.out" 2> "$log.err" < /dev/null || rc=$?
+  ((rc != 0 && rc < 128)) && grep -q "shrank from" "$log.err" || pass=fail
+  echo "truncated after planning: exit $rc, $(grep -m1 'shrank from' "$log.err" | sed -E 's/^[0-9.]+ [A-Z] //' || echo 'no message')"
+  check_line truncated-after-planning "$pass" "exit=$rc size_after=$(stat -c %s "$copy")"
+  rm -f "$copy"
+}
+
+# Load, free, load in one process (reload_check.cpp against this libllama): no mapping of the
+# model left after a free, RSS back.
+check_reload() { # MODEL
+  local exe=$out/reload_check log=$out/run/reload rc=0 pass=pass
+  if [[ ! -x $exe || $here/reload_check.cpp -nt $exe ]]; then
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -I"$out/src/include" -I"$out/src/ggml/include" "$here/reload_check.cpp" \
+      -o "$exe" -L"$bin" -lllama -lggml -lggml-base -Wl,-rpath,"$bin" || { check_line reload fail "does not build"; return; }
+  fi
+  "$exe" "$1" 3 > "$log.out" 2> "$log.err" || rc=$?
+  cat "$log.out"
+  [[ $rc == 0 && $(grep -c 'back=yes' "$log.out") == 3 && $(grep -c 'weightmap: device' "$log.err") == 3 ]] &&
+    ! grep -q 'mappings_after_free=[1-9]' "$log.out" && ! grep -q 'imported 0.00 MiB' "$log.err" || pass=fail
+  check_line reload "$pass" "loads=3 exit=$rc imports_per_load=$(grep -m1 -oE 'in [0-9]+ imports' "$log.err" | grep -oE '[0-9]+')"
 }
 
 # The scheduler's split ordering: helper vs upstream on llama.cpp's graphs, traced and replayed,
@@ -195,37 +325,42 @@ run_split_sync() { # MODELS_DIR
   kill "$rpc_pid" 2> /dev/null; wait "$rpc_pid" 2> /dev/null || true
   split_sync_ggml race
   split_sync_ggml deferred
+  split_sync_ggml inplace
 }
 
 # sed: the number after " KEY=" in TEXT.
 field() { sed -nE "s/.*[ ]$1=([0-9.]+).*/\1/p" <<< "$2" | head -n 1; }
 
-# One llama.cpp case under both rules: GGML_WEIGHTMAP_SPLIT_SYNC_STATS counts every sync the helper
+# One llama.cpp case under both rules: LLAMA_WEIGHTMAP_SPLIT_SYNC_STATS counts every sync the helper
 # caused, drains included; the helper may not sync more than the old rule.
 split_sync_case() { # NAME MODEL FLAGS
   local name=$1 model=$2 replay_bin=$libwm_build/bench/bench_split_sync rule log stats replayed same
   local -a extra
   read -r -a extra <<< "$3"
-  declare -A syncs=() hazards=() drains=() splits=()
+  declare -A syncs=() hazards=() drains=() splits=() oracle=()
   for rule in helper upstream; do
     log=$out/run/split-$name.$rule
     rm -f "$log.trace"
-    generate "$log" "$bin/llama-completion" "$model" GGML_WEIGHTMAP_SPLIT_SYNC=$rule \
-      GGML_WEIGHTMAP_SPLIT_SYNC_STATS=1 GGML_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
-    stats=$(grep -m1 '^split_sync: rule=' "$log.err" || true)
+    generate "$log" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_SPLIT_SYNC=$rule \
+      LLAMA_WEIGHTMAP_SPLIT_SYNC_STATS=1 LLAMA_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
+    stats=$(grep -m1 'split_sync: rule=' "$log.err" || true)
     "$replay_bin" --replay "$log.trace" > "$log.replay" 2>&1 || true
     replayed=$(grep "^replay rule=$rule " "$log.replay" || true)
     syncs[$rule]=$(field "syncs_$rule" "$stats")
     drains[$rule]=$(field drains "$stats")
     splits[$rule]=$(field splits "$stats")
     hazards[$rule]=$(field hazards "$replayed")
+    # the oracle: from the bytes each split touched and the waits made, not the helper's model
+    "$replay_bin" --oracle "$log.trace" > "$log.oracle" 2>&1 || true
+    oracle[$rule]=$(field hazards "$(grep '^oracle ' "$log.oracle" || true)")
     printf '%-22s %-9s %7s %7s %6s %6s %15s %15s\n' "$name" "$rule" "$(field graphs "$stats")" \
       "${splits[$rule]:-?}" "${syncs[$rule]:-?}" "${drains[$rule]:-?}" "${hazards[$rule]:-?}" \
       "$(field syncs "$replayed")"
   done
   same=no
   same_tokens "$out/run/split-$name.helper" "$out/run/split-$name.upstream" && same=yes
-  summaries+=("split_sync case=$name splits=${splits[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} drains_helper=${drains[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
+  summaries+=("split_sync case=$name splits=${splits[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} drains_helper=${drains[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?} oracle_hazards_upstream=${oracle[upstream]:-?} oracle_hazards_helper=${oracle[helper]:-?}")
+  [[ ${oracle[helper]:-x} == 0 ]] || fail "split-sync $name: the oracle finds hazards under the helper ($(grep -m1 'first hazard' "$out/run/split-$name.helper.oracle" 2> /dev/null))"
   [[ $same == yes ]] || fail "split-sync $name: the rules generated different tokens"
   [[ ${hazards[helper]:-x} == 0 ]] || fail "split-sync $name: the helper's replay shows hazards"
   [[ -n ${syncs[helper]:-} && -n ${drains[helper]:-} && -n ${syncs[upstream]:-} ]] &&
@@ -238,14 +373,18 @@ split_sync_case() { # NAME MODEL FLAGS
 split_sync_ggml() { # CASE
   local case=$1 runs=${SPLIT_SYNC_RUNS:-1000} exe=$out/split_sync_check log=$out/run/ggml-$1 rule r
   local replay_bin=$libwm_build/bench/bench_split_sync
-  declare -A wrong=() us=() syncs=() hazards=()
+  declare -A wrong=() us=() syncs=() hazards=() oracle=()
   if [[ ! -x $exe || $here/split_sync_check.cpp -nt $exe ]]; then
-    g++ -std=c++17 -O2 -Wall -Wextra -Werror -I"$out/src/ggml/include" "$here/split_sync_check.cpp" \
-      -o "$exe" -L"$bin" -lggml -lggml-base -lggml-cpu -lggml-vulkan -Wl,-rpath,"$bin" ||
+    # llama-split-sync.cpp as the test build compiles it (its =none rule), with libllama's logger
+    # shellcheck disable=SC2046
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -DLLAMA_USE_WEIGHTMAP -DLLAMA_WEIGHTMAP_TESTING -I"$out/src/ggml/include" -I"$out/src/ggml/src" \
+      -I"$out/src/include" -I"$out/src/src" $(pkg-config --cflags weightmap) "$here/split_sync_check.cpp" \
+      "$out/src/src/llama-split-sync.cpp" -o "$exe" -L"$bin" -lllama -lggml -lggml-base -lggml-cpu -lggml-vulkan \
+      $(pkg-config --libs weightmap) -Wl,-rpath,"$bin" ||
       { fail "split_sync_check.cpp does not build"; return; }
   fi
   rm -f "$log".*.trace
-  GGML_WEIGHTMAP_SPLIT_SYNC_STATS=1 SPLIT_SYNC_CHECK_TRACE=$log LP_NUM_THREADS=1 \
+  LLAMA_WEIGHTMAP_SPLIT_SYNC_STATS=1 SPLIT_SYNC_CHECK_TRACE=$log LP_NUM_THREADS=1 \
     "$exe" "$case" "$runs" > "$log.out" 2> "$log.err" || { fail "split_sync_check $case failed; see $log.err"; return; }
   for rule in none upstream helper; do
     r=$(grep "^check case=$case rule=$rule " "$log.out" || true)
@@ -256,57 +395,25 @@ split_sync_ggml() { # CASE
         for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) s += substr($i, length(k) + 2) } END { print s + 0 }' "$log.err")
     "$replay_bin" --replay "$log.$rule.trace" > "$log.$rule.replay" 2>&1 || true
     hazards[$rule]=$(field hazards "$(grep "^replay rule=$rule " "$log.$rule.replay" || true)")
-    printf 'split_sync_check %-8s %-9s runs=%s wrong_runs=%s us_per_graph=%s syncs=%s replay_hazards=%s\n' \
-      "$case" "$rule" "$runs" "${wrong[$rule]:-?}" "${us[$rule]:-?}" "${syncs[$rule]:-?}" "${hazards[$rule]:-?}"
+    "$replay_bin" --oracle "$log.$rule.trace" > "$log.$rule.oracle" 2>&1 || true
+    oracle[$rule]=$(field hazards "$(grep '^oracle ' "$log.$rule.oracle" || true)")
+    printf 'split_sync_check %-8s %-9s runs=%s wrong_runs=%s us_per_graph=%s syncs=%s replay_hazards=%s oracle_hazards=%s\n' \
+      "$case" "$rule" "$runs" "${wrong[$rule]:-?}" "${us[$rule]:-?}" "${syncs[$rule]:-?}" "${hazards[$rule]:-?}" "${oracle[$rule]:-?}"
   done
-  summaries+=("split_sync ggml case=$case runs=$runs wrong_runs_norule=${wrong[none]:-?} wrong_runs_upstream=${wrong[upstream]:-?} wrong_runs_helper=${wrong[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} us_per_graph_upstream=${us[upstream]:-?} us_per_graph_helper=${us[helper]:-?} replay_hazards_norule=${hazards[none]:-?} replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?}")
+  summaries+=("split_sync ggml case=$case runs=$runs wrong_runs_norule=${wrong[none]:-?} wrong_runs_upstream=${wrong[upstream]:-?} wrong_runs_helper=${wrong[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} us_per_graph_upstream=${us[upstream]:-?} us_per_graph_helper=${us[helper]:-?} replay_hazards_norule=${hazards[none]:-?} replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?} oracle_hazards_norule=${oracle[none]:-?} oracle_hazards_upstream=${oracle[upstream]:-?} oracle_hazards_helper=${oracle[helper]:-?}")
   [[ ${wrong[upstream]:-x} == 0 && ${wrong[helper]:-x} == 0 ]] || fail "split_sync_check $case: wrong outputs under a rule"
+  [[ ${oracle[upstream]:-x} == 0 && ${oracle[helper]:-x} == 0 ]] || fail "split_sync_check $case: the oracle finds hazards under a rule"
   [[ ${hazards[upstream]:-x} == 0 && ${hazards[helper]:-x} == 0 ]] || fail "split_sync_check $case: the replay shows hazards under a rule"
-  if [[ $case == race ]]; then
-    [[ ${hazards[none]:-0} != 0 ]] || fail "split_sync_check race: the replay without a rule shows no hazard"
+  if [[ $case == inplace ]]; then
+    # the shape the replay cannot see: only the outputs and the oracle show the race
+    [[ ${wrong[none]:-0} != 0 && ${oracle[none]:-0} != 0 ]] ||
+      fail "split_sync_check inplace: no race without a rule (wrong ${wrong[none]:-?}, oracle ${oracle[none]:-?})"
+  elif [[ $case == race ]]; then
+    [[ ${hazards[none]:-0} != 0 && ${oracle[none]:-0} != 0 ]] || fail "split_sync_check race: the replay or the oracle without a rule shows no hazard"
   else
     [[ -n ${syncs[helper]:-} && -n ${syncs[upstream]:-} ]] && ((syncs[helper] < syncs[upstream])) ||
       fail "split_sync_check deferred: the helper did not skip upstream's sync"
   fi
-}
-
-# Runs MODEL (64 tokens) with ENV... and writes the permissions of its mappings of MODEL once it
-# has loaded (from /proc/PID/maps), one per line, to LOG.perms.
-mapping_perms_after_load() { # LOG MODEL ENV...
-  local log=$1 model=$2 pid; shift 2
-  env "$@" "$bin/llama-completion" -m "$model" "${common[@]}" -n 64 > "$log.out" 2> "$log.err" < /dev/null &
-  pid=$!
-  for _ in $(seq 300); do grep -q 'weightmap: device' "$log.err" && break; sleep 0.1; done
-  { grep -F "$(realpath "$model")" "/proc/$pid/maps" || true; } | awk '{print $2}' > "$log.perms"
-  wait "$pid" || fail "$(basename "$log") failed; see $log.err"
-}
-
-# A device whose imports need writable pages (test hook): the model is mapped MAP_SHARED
-# read-write, never privately, and the file is unchanged; where its imports survive PROT_READ the
-# mapping goes back to read-only after loading; on a read-only bind mount it stays read-only and
-# every weight is copied, with the same tokens.
-check_writable_mapping() { # MODEL
-  local model=$1 log=$out/run/writable hash perms ro=$out/ro-mount
-  hash=$(sha256sum < "$model")
-  mapping_perms_after_load "$log" "$model" LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=1
-  perms=$(cat "$log.perms")
-  echo "writable mapping: $(grep -m1 'llama_weightmap: mapping' "$log.err" | sed 's/.*llama_weightmap: //')"
-  echo "  after loading: $(sort <<< "$perms" | uniq -c | tr -s ' \n' ' ')"
-  grep -qx 'rw-s' <<< "$perms" || fail "the model was not mapped shared and writable"
-  ! grep -q 'p$' <<< "$perms" || fail "the model was mapped privately"
-  mapping_perms_after_load "$log-reprotect" "$model" LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=reprotect
-  perms=$(cat "$log-reprotect.perms")
-  echo "  imports that survive PROT_READ: $(grep -m1 're-protected' "$log-reprotect.err" | sed 's/.*llama_weightmap: //'); after loading: $(sort <<< "$perms" | uniq -c | tr -s ' \n' ' ')"
-  [[ -n $perms ]] && ! grep -qv 'r--s' <<< "$perms" || fail "the writable mapping was not re-protected read-only"
-  [[ $(sha256sum < "$model") == "$hash" ]] || fail "the model file changed under a writable mapping"
-  mkdir -p "$ro"
-  unshare -m bash -c 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"' _ \
-    "$(dirname "$model")" "$ro" env LLAMA_WEIGHTMAP_TEST_NEEDS_WRITABLE=1 "$bin/llama-completion" \
-    -m "$ro/$(basename "$model")" "${common[@]}" > "$log-ro.out" 2> "$log-ro.err" < /dev/null ||
-    fail "the read-only-mount run failed; see $log-ro.err"
-  echo "read-only mount: $(grep -m1 'llama_weightmap: mapping' "$log-ro.err" | sed 's/.*llama_weightmap: //')"
-  grep -q 'imported 0.00 MiB' "$log-ro.err" || fail "a read-only file was imported by a device that needs writable pages"
-  same_tokens "$log-ro" "$out/run/dense.import" || fail "the read-only-mount run generated other tokens"
 }
 
 # -lm mmap+mlock locks imported tensors as upstream locks the mapped ones: VmLck after loading
@@ -329,7 +436,8 @@ check_mlock_locks_imports() { # MODEL
 # tensors stay imported, the tokens stay the same, and ggml-vulkan asserts nowhere.
 check_tensor_alignment() { # MODEL REFERENCE_LOG
   local log=$out/run/tensor-alignment imported device
-  generate "$log" "$bin/llama-completion" "$1" LLAMA_WEIGHTMAP_TEST_TENSOR_ALIGNMENT=256 --
+  generate "$log" "$out/testing/llama-completion" "$1" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+    LLAMA_WEIGHTMAP_TEST_TENSOR_ALIGNMENT=256 --
   imported=$(wm_field imported "$log.err") device=$(wm_field device "$log.err")
   echo "tensor alignment 256: $(grep -m1 'weightmap: device' "$log.err" | sed 's/.*weightmap: //; s/; policy.*//')"
   awk -v a="$imported" -v d="$device" 'BEGIN { exit !(a > 0 && a < d) }' ||
