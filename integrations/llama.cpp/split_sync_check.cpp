@@ -27,8 +27,8 @@
 // the same shape). Vulkan accepts only its own buffer types, so the program registers a small
 // device of its own, "AsyncDev": asynchronous (a worker thread computes each graph after a
 // delay), its own buffer type, and it supports the CPU's buffer type as integrated CUDA supports
-// cuda_host. Splits: A CPU x = 2 * c1; B AsyncDev y = x + v, reading x in place; C CPU
-// z = 3 * c2, no inputs, handed x's memory: without a rule, y reads z. A description that names
+// cuda_host. Splits: A CPU x = 2 * q1; B AsyncDev y = v + x (x broadcast), reading x in place;
+// C CPU z = 3 * q2, no inputs, handed x's memory: without a rule, y reads z. A description that names
 // only the split's own buffer type would not see the sharing; every buffer the split reads does.
 #include "ggml-alloc.h"
 #include "ggml-backend-impl.h"
@@ -76,7 +76,7 @@ void fill(ggml_tensor * t, int seed) {
 struct Weights {
     ggml_context * ctx_gpu = nullptr, * ctx_cpu = nullptr;
     ggml_backend_buffer_t buf_gpu = nullptr, buf_cpu = nullptr;
-    ggml_tensor * w1, * w2, * v, * c1, * c2, * cw1, * cw2;
+    ggml_tensor * w1, * w2, * v, * c1, * c2, * cw1, * cw2, * q1, * q2;
 };
 
 ggml_context * tensor_context() {
@@ -98,6 +98,8 @@ Weights make_weights(ggml_backend_buffer_type_t gpu) {
     w.c2 = ggml_new_tensor_1d(w.ctx_cpu, GGML_TYPE_F32, vec_n);
     w.cw1 = ggml_new_tensor_2d(w.ctx_cpu, GGML_TYPE_F32, mat_k, mat_n);
     w.cw2 = ggml_new_tensor_2d(w.ctx_cpu, GGML_TYPE_F32, mat_k, cpu_m);
+    w.q1 = ggml_new_tensor_1d(w.ctx_cpu, GGML_TYPE_F32, vec_n / 4); // inplace: x and z
+    w.q2 = ggml_new_tensor_1d(w.ctx_cpu, GGML_TYPE_F32, vec_n / 4);
     if (gpu) {
         w.buf_gpu = ggml_backend_alloc_ctx_tensors_from_buft(w.ctx_gpu, gpu);
         ggml_backend_buffer_set_usage(w.buf_gpu, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
@@ -105,7 +107,7 @@ Weights make_weights(ggml_backend_buffer_type_t gpu) {
     w.buf_cpu = ggml_backend_alloc_ctx_tensors_from_buft(w.ctx_cpu, ggml_backend_cpu_buffer_type());
     ggml_backend_buffer_set_usage(w.buf_cpu, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     int seed = 1;
-    for (ggml_tensor * t : {w.w1, w.w2, w.v, w.c1, w.c2, w.cw1, w.cw2}) {
+    for (ggml_tensor * t : {w.w1, w.w2, w.v, w.c1, w.c2, w.cw1, w.cw2, w.q1, w.q2}) {
         fill(t, seed++);
     }
     return w;
@@ -279,7 +281,7 @@ void async_dev_props(ggml_backend_dev_t dev, ggml_backend_dev_props * props) {
     props->type = GGML_BACKEND_DEVICE_TYPE_IGPU;
 }
 ggml_backend_buffer_type_t async_dev_buft(ggml_backend_dev_t) { return &async_dev().buft; }
-bool async_supports_op(ggml_backend_dev_t, const ggml_tensor * op) { return op->op == GGML_OP_ADD; }
+bool async_supports_op(ggml_backend_dev_t, const ggml_tensor * op) { return op->op == GGML_OP_ADD || op->op == GGML_OP_NONE; }
 // integrated CUDA accepts cuda_host; this device accepts the CPU's buffer type
 bool async_supports_buft(ggml_backend_dev_t, ggml_backend_buffer_type_t buft) {
     return buft == &async_dev().buft || buft == ggml_backend_cpu_buffer_type();
@@ -317,14 +319,16 @@ AsyncDev & async_dev() {
     return d;
 }
 
-// inplace: x = 2 * c1 (CPU), y = x + v (AsyncDev, v its weight, x read in place), z = 3 * c2 (CPU).
+// inplace: x = 2 * q1 (CPU), y = v + x (AsyncDev, v its weight, x read in place), z = 3 * q2 (CPU).
 Graph build_inplace_graph(const Weights & w) {
     Graph g;
     g.ctx = tensor_context();
     g.gf = ggml_new_graph(g.ctx);
-    ggml_tensor * x = ggml_scale(g.ctx, w.c1, 2.0f);
-    ggml_tensor * y = ggml_add(g.ctx, x, w.v);
-    ggml_tensor * z = ggml_scale(g.ctx, w.c2, 3.0f);
+    // x is a quarter of y, broadcast by the add: y cannot be computed in place over x (the
+    // allocator would, and then nothing would be handed x's memory), and z, x's size, can be
+    ggml_tensor * x = ggml_scale(g.ctx, w.q1, 2.0f);
+    ggml_tensor * y = ggml_add(g.ctx, w.v, x);
+    ggml_tensor * z = ggml_scale(g.ctx, w.q2, 3.0f);
     g.outputs = {y, z};
     for (ggml_tensor * t : g.outputs) {
         ggml_set_output(t);
