@@ -241,7 +241,8 @@ std::string region_refusal(const TargetDesc& target, Importer* importer, const P
     if (Availability a = importer->available(); !a.available)
         return fmt::format("{} importer not available: {}", importer->name(), a.reason);
     const ImportPolicy policy = target.import_policy.value_or(plan.import_policy);
-    std::string why = import_policy_refusal(importer->caps(), policy);
+    std::string why =
+        import_policy_refusal(importer->caps(), policy, importer->notes().device_memory);
     return why.empty() ? why : fmt::format("{} importer: {}", importer->name(), why);
 }
 

@@ -27,14 +27,14 @@ public:
         caps.alignment = 1;
         caps.survives_read_only_reprotect = true; // nothing is locked or registered
         caps.device_memory = DeviceMemory::unified;
-        caps.device_memory_note = "the CPU reads its own memory";
         return caps;
     }
+    ImporterNotes notes() const noexcept override { return {{}, "the CPU reads its own memory"}; }
     Availability available() const override { return {true, {}}; }
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
-        if (host_address == nullptr || size == 0)
-            return make_error(ErrorKind::invalid_argument,
-                              "cpu import: null address or zero size");
+
+protected:
+    // Passthrough acquires nothing: a record that throws leaves nothing imported.
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
         ImportedBuffer buffer;
         buffer.host_address = host_address;
         buffer.size = size;
@@ -43,6 +43,8 @@ public:
         imports_.insert({host_address, size});
         return buffer;
     }
+
+public:
     // Passthrough pins nothing, but a release of a buffer it never handed out (or handed back
     // already) is still the caller's bug: say so, as every other importer does.
     Status release(const ImportedBuffer& buffer) noexcept override {

@@ -51,7 +51,7 @@ TEST_CASE("an integrated device is available, unified, and imports without a wri
         CHECK(caps.max_import_size == 0);
         CHECK_FALSE(caps.is_cpu);
         CHECK(caps.device_memory == DeviceMemory::unified);
-        CHECK(caps.device_memory_note ==
+        CHECK(cuda->notes().device_memory ==
               "Orin: CU_DEVICE_ATTRIBUTE_INTEGRATED 1; import method register");
         // Asking costs no context: the primary context is retained on the first import.
         CHECK(fake.primary_ctx_refcount(0) == 0);
@@ -69,9 +69,10 @@ TEST_CASE("device memory comes from INTEGRATED and PAGEABLE_MEMORY_ACCESS_USES_H
           "[cuda]") {
     FakeCuda& fake = FakeCuda::fresh();
     fake.set_device_model(0, Model::coherent);
-    const ImporterCaps coherent = fake_cuda_importer()->caps();
+    auto coherent_importer = fake_cuda_importer();
+    const ImporterCaps coherent = coherent_importer->caps();
     CHECK(coherent.device_memory == DeviceMemory::unified);
-    CHECK_THAT(coherent.device_memory_note,
+    CHECK_THAT(std::string(coherent_importer->notes().device_memory),
                Catch::StartsWith("NVIDIA GH200 480GB: CU_DEVICE_ATTRIBUTE_INTEGRATED 0") &&
                    Catch::EndsWith("PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1; import "
                                    "method direct"));
@@ -100,7 +101,7 @@ TEST_CASE("device memory comes from INTEGRATED and PAGEABLE_MEMORY_ACCESS_USES_H
     auto overridden = fake_cuda_importer(told);
     CHECK(overridden->available().available);
     CHECK(overridden->caps().device_memory == DeviceMemory::unified);
-    CHECK_THAT(overridden->caps().device_memory_note,
+    CHECK_THAT(std::string(overridden->notes().device_memory),
                Catch::StartsWith("CudaImporterParams::device_memory; the driver says discrete"));
 }
 

@@ -73,9 +73,9 @@ TEST_CASE("device memory comes from the agents' profile and memory properties", 
     for (const Case& c : cases) {
         INFO(c.note);
         fake.set_memory_model(c.model);
-        const ImporterCaps caps = fake.importer()->caps();
-        CHECK(caps.device_memory == c.expect);
-        CHECK_THAT(caps.device_memory_note, Catch::Contains(c.note));
+        auto importer = fake.importer();
+        CHECK(importer->caps().device_memory == c.expect);
+        CHECK_THAT(std::string(importer->notes().device_memory), Catch::Contains(c.note));
     }
     // Two discrete agents locked together are discrete; the engine's word overrides the
     // runtime's when it knows better (ROCm 5.2 on an APU).
@@ -85,9 +85,9 @@ TEST_CASE("device memory comes from the agents' profile and memory properties", 
     fake.set_memory_model(Memory::rocm52_base);
     HsaImporterParams params;
     params.device_memory = DeviceMemory::unified;
-    const ImporterCaps told = fake.importer(params)->caps();
-    CHECK(told.device_memory == DeviceMemory::unified);
-    CHECK_THAT(told.device_memory_note,
+    auto told = fake.importer(params);
+    CHECK(told->caps().device_memory == DeviceMemory::unified);
+    CHECK_THAT(std::string(told->notes().device_memory),
                Catch::StartsWith("HsaImporterParams::device_memory; the runtime says unknown"));
 }
 
