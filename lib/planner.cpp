@@ -1164,20 +1164,26 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
 
 } // namespace
 
+// Entries whose indices are out of range (a plan edited by hand, or made for another model)
+// count as not imported and are skipped where nothing can be read: never an out-of-range read.
 PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
+    const auto is_cpu = [&](std::uint32_t target) {
+        return target >= model.targets.size() || model.targets[target].caps.is_cpu;
+    };
     PlanTotals totals;
     for (std::size_t i = 0; i < model.tensors.size(); ++i) {
         const TensorDesc& t = model.tensors[i];
-        if (model.targets[t.target].caps.is_cpu) continue;
+        if (is_cpu(t.target)) continue;
         totals.device_bytes += t.size;
+        if (i >= plan.tensors.size()) continue;
         const TensorPlacement& place = plan.tensors[i];
-        if (place.run != no_index && plan.regions[place.region].decision == Decision::import)
+        if (place.run != no_index && place.region < plan.regions.size() &&
+            plan.regions[place.region].decision == Decision::import)
             totals.imported_bytes += t.size;
     }
     totals.fallback_bytes = totals.device_bytes - totals.imported_bytes;
     for (const PlanRegion& region : plan.regions) {
-        if (model.targets[region.target].caps.is_cpu || region.decision != Decision::import)
-            continue;
+        if (is_cpu(region.target) || region.decision != Decision::import) continue;
         for (const PlanRun& run : region.runs) {
             totals.pinned_bytes += run.extent_size;
             ++totals.imports;

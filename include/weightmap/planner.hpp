@@ -183,7 +183,10 @@ struct Plan {
 WM_API Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options = {});
 
 /// Recomputes plan.totals from its regions and placements (after the executor turned some
-/// imports into fallbacks, say).
+/// imports into fallbacks, say). Defined for any input: a tensor, region or target index out of
+/// range (an edited plan, a plan of another model) counts as not imported, a target out of
+/// range as the CPU (not counted); plan.tensors shorter than model.tensors leaves the rest
+/// counted as fallbacks.
 WM_API PlanTotals compute_totals(const ModelDesc& model, const Plan& plan);
 
 /// The host page size (sysconf), cached.
