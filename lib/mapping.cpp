@@ -23,7 +23,7 @@ namespace internal {
 namespace {
 int libc_open(const char* path, int flags) { return ::open(path, flags | O_CLOEXEC); }
 const SysCalls libc_table{&libc_open, &::close, &::mmap, &::munmap, &::mlock, &::munlock,
-                          &::mprotect, &::madvise};
+                          &::mprotect, &::madvise, &::pread};
 std::atomic<const SysCalls*> current{&libc_table};
 } // namespace
 const SysCalls& syscalls() noexcept { return *current.load(std::memory_order_acquire); }
