@@ -411,9 +411,15 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
     impl.run_import.resize(impl.plan.regions.size());
 
     Placement::Impl::Progress progress;
+    std::size_t runs = 0;
     for (const PlanRegion& region : impl.plan.regions)
-        if (region.decision == Decision::import)
+        if (region.decision == Decision::import) {
+            runs += region.runs.size();
             for (const PlanRun& run : region.runs) progress.total += run.extent_size;
+        }
+    // Reserved before the first import: import_run's push_back then cannot throw after an
+    // importer has pinned a range (the import would be recorded nowhere, and never released).
+    impl.imports.reserve(runs);
     for (std::uint32_t r = 0; r < impl.plan.regions.size(); ++r) {
         const PlanRegion& region = impl.plan.regions[r];
         if (region.decision != Decision::import) continue;

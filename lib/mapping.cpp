@@ -228,6 +228,10 @@ Result<MappedModel> MappedModel::open(Span<const std::string> paths, MappingAcce
     impl.access = access;
     impl.read_only = access == MappingAccess::read_only;
     impl.paths.assign(paths.begin(), paths.end());
+    // Reserved before the first mmap: a push_back that threw after one would leak that mapping.
+    impl.mappings.reserve(paths.size());
+    impl.views.reserve(paths.size());
+    impl.sizes.reserve(paths.size());
     for (const std::string& path : paths) {
         auto mapped = map_one(path, access, options);
         if (!mapped) return std::move(mapped).error(); // ~MappedModel unmaps files 0..k-1

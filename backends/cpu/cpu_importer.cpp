@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "internal/nothrow.hpp"
+#include "internal/sys_hooks.hpp"
 #include "weightmap/registry.hpp"
 
 namespace wm {
@@ -63,14 +65,19 @@ public:
     // The control arm on the CPU: a private anonymous copy, as a CPU "device buffer" would be.
     Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override {
         if (size == 0) return make_error(ErrorKind::invalid_argument, "cpu copy: zero size");
-        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        // Through the syscall table, like the mapping layer, so fault tests can count it.
+        void* p = internal::syscalls().map(nullptr, size, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
             return make_error(ErrorKind::io, fmt::format("cpu copy: mmap of {} anonymous bytes "
                                                          "failed: {}", size, std::strerror(errno)));
         std::memcpy(p, src, size);
-        {
+        try {
             std::lock_guard lock(mutex_);
             copies_.emplace(p, size);
+        } catch (const std::bad_alloc&) {
+            internal::syscalls().unmap(p, size); // unrecorded, free_copy could never unmap it
+            return Error{ErrorKind::out_of_memory, "out of memory"};
         }
         ImportedBuffer buffer;
         buffer.host_address = p;
@@ -95,7 +102,7 @@ public:
                                                   buffer.host_address, buffer.size));
                 copies_.erase(it);
             }
-            if (munmap(buffer.host_address, buffer.size) != 0)
+            if (internal::syscalls().unmap(buffer.host_address, buffer.size) != 0)
                 return make_error(ErrorKind::io, fmt::format("cpu copy: munmap failed: {}",
                                                              std::strerror(errno)));
             return {};

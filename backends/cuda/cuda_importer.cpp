@@ -14,6 +14,7 @@
 #include "internal/backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
+#include "internal/undo.hpp"
 #include "weightmap/backends/cuda.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
@@ -209,8 +210,11 @@ Status CudaImporter::register_range(void* host, std::uint64_t size, unsigned fla
                                                               : "a null device pointer"));
         }
     }
+    // Unregistered again when recording it throws (bad_alloc): no registration outlives its record.
+    internal::Undo unregister([&] { api.mem_host_unregister(host); });
     std::lock_guard<std::mutex> guard(mutex_);
     registrations_[reinterpret_cast<std::uintptr_t>(host)] = {size, mapped, kind};
+    unregister.dismiss();
     *device_pointer = mapped;
     return {};
 }
@@ -411,16 +415,16 @@ Result<ImportedBuffer> CudaImporter::allocate_copy(const void* src, std::uint64_
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemAlloc({} bytes) failed on '{}': {}", size,
                                       facts_.name, describe(allocated)));
-    if (const CUresult copied = api.memcpy_htod(device, src, size); copied != CUDA_SUCCESS) {
-        api.mem_free(device);
+    internal::Undo free([&] { api.mem_free(device); }); // until it is recorded
+    if (const CUresult copied = api.memcpy_htod(device, src, size); copied != CUDA_SUCCESS)
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemcpyHtoD({} bytes) failed on '{}': {}", size,
                                       facts_.name, describe(copied)));
-    }
     {
         std::lock_guard<std::mutex> guard(mutex_);
         copies_[device] = size;
     }
+    free.dismiss();
     ImportedBuffer buffer;
     buffer.size = size;
     buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device));

@@ -16,6 +16,7 @@
 #include "internal/backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
+#include "internal/undo.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
 
@@ -162,10 +163,17 @@ protected:
                                   "PROT_READ|PROT_WRITE)"
                                 : ""));
         }
+        // Unlocked again when recording it throws (bad_alloc): no lock may outlive its record.
+        internal::Undo unlock([&] {
+            runtime_->api().memory_unlock(host_address);
+            std::lock_guard<std::mutex> guard(mutex_);
+            locked_bytes_ -= size;
+        });
         {
             std::lock_guard<std::mutex> guard(mutex_);
             locks_.emplace(address, Lock{size, agent_pointer});
         }
+        unlock.dismiss();
         ImportedBuffer buffer;
         buffer.host_address = host_address;
         buffer.size = size;

@@ -204,7 +204,12 @@ wm_status wm_importer_create_custom(const wm_importer_vtable* vtable, void* user
         if (missing != nullptr)
             return fail(WM_ERROR_INVALID_ARGUMENT,
                         std::string(fn) + ": vtable->" + missing + " is required");
-        return hand_out(std::make_unique<VtableImporter>(table, user), out);
+        // The handle first: once the VtableImporter exists, its destructor runs the engine's
+        // destroy, which a creation that reports failure (out of memory) must not do.
+        auto handle = std::make_unique<wm_importer>();
+        handle->importer = std::make_unique<VtableImporter>(table, user);
+        *out = handle.release();
+        return WM_OK;
     });
 }
 

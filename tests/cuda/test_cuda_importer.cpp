@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda_fixture.hpp"
+#include "support/alloc_fault.hpp"
 #include "support/capture_log.hpp"
 #include "weightmap/log.hpp"
 
@@ -379,4 +380,38 @@ TEST_CASE("imports and releases from several threads at once", "[cuda]") {
     CHECK(fake.calls("cuMemHostRegister_v2") == threads * rounds);
     CHECK(fake.live_registrations() == 0);
     CHECK(fake.primary_ctx_refcount(0) == 1); // retained once, whichever thread came first
+}
+
+TEST_CASE("an import or copy whose record runs out of memory is undone, and says out of memory",
+          "[cuda]") {
+    FakeCuda& fake = FakeCuda::fresh();
+    auto cuda = fake_cuda_importer();
+    MappedPatternFile f(4);
+    bool refused = false;
+    ErrorKind kind = ErrorKind::internal;
+    const std::uint64_t faults = wm::test::fail_each_allocation(
+        [&] {
+            refused = false;
+            auto imported = cuda->import(f.page(0), 2 * page);
+            if (!imported) {
+                refused = true;
+                kind = imported.error().kind;
+            } else {
+                (void)cuda->release(imported.value());
+            }
+        },
+        [&] {
+            CHECK(fake.live_registrations() == 0);
+            // out of memory, or the fake driver's own allocation failing as a refusal
+            if (refused)
+                CHECK((kind == ErrorKind::out_of_memory || kind == ErrorKind::import_failed));
+        });
+    CHECK(faults >= 1);
+
+    wm::test::fail_each_allocation(
+        [&] {
+            auto copy = cuda->allocate_copy(f.page(0), page);
+            if (copy) (void)cuda->free_copy(copy.value());
+        },
+        [&] { CHECK(fake.live_allocations() == 0); });
 }

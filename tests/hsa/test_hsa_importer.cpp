@@ -14,6 +14,7 @@
 #include <hsa/hsa.h>
 
 #include "hsa/fake_hsa.hpp"
+#include "support/alloc_fault.hpp"
 #include "support/capture_log.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/backends/hsa.hpp"
@@ -432,4 +433,31 @@ TEST_CASE("imports and releases from several threads, and the budget holds under
     CHECK(worst <= 3 * page);
     CHECK(fake.live_locks() == 0);
     CHECK(fake.lock_calls() == fake.unlock_calls());
+}
+
+TEST_CASE("an import whose record runs out of memory is unlocked, and says out of memory",
+          "[hsa]") {
+    FakeHsa& fake = FakeHsa::fresh();
+    auto hsa = fake.importer();
+    WritableFile f;
+    bool refused = false;
+    ErrorKind kind = ErrorKind::internal;
+    const std::uint64_t faults = wm::test::fail_each_allocation(
+        [&] {
+            refused = false;
+            auto imported = hsa->import(f.map.base(), 4 * page);
+            if (!imported) {
+                refused = true;
+                kind = imported.error().kind;
+            } else {
+                (void)hsa->release(imported.value());
+            }
+        },
+        [&] {
+            CHECK(fake.live_locks() == 0);
+            // out of memory, or the fake runtime's own allocation failing as a refusal
+            if (refused)
+                CHECK((kind == ErrorKind::out_of_memory || kind == ErrorKind::import_failed));
+        });
+    CHECK(faults >= 1);
 }
