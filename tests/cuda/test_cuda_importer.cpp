@@ -387,25 +387,8 @@ TEST_CASE("an import or copy whose record runs out of memory is undone, and says
     FakeCuda& fake = FakeCuda::fresh();
     auto cuda = fake_cuda_importer();
     MappedPatternFile f(4);
-    bool refused = false;
-    ErrorKind kind = ErrorKind::internal;
-    const std::uint64_t faults = wm::test::fail_each_allocation(
-        [&] {
-            refused = false;
-            auto imported = cuda->import(f.page(0), 2 * page);
-            if (!imported) {
-                refused = true;
-                kind = imported.error().kind;
-            } else {
-                (void)cuda->release(imported.value());
-            }
-        },
-        [&] {
-            CHECK(fake.live_registrations() == 0);
-            // out of memory, or the fake driver's own allocation failing as a refusal
-            if (refused)
-                CHECK((kind == ErrorKind::out_of_memory || kind == ErrorKind::import_failed));
-        });
+    const std::uint64_t faults = wm::test::check_import_out_of_memory(
+        *cuda, f.page(0), 2 * page, [&] { return fake.live_registrations(); });
     CHECK(faults >= 1);
 
     wm::test::fail_each_allocation(

@@ -440,24 +440,7 @@ TEST_CASE("an import whose record runs out of memory is unlocked, and says out o
     FakeHsa& fake = FakeHsa::fresh();
     auto hsa = fake.importer();
     WritableFile f;
-    bool refused = false;
-    ErrorKind kind = ErrorKind::internal;
-    const std::uint64_t faults = wm::test::fail_each_allocation(
-        [&] {
-            refused = false;
-            auto imported = hsa->import(f.map.base(), 4 * page);
-            if (!imported) {
-                refused = true;
-                kind = imported.error().kind;
-            } else {
-                (void)hsa->release(imported.value());
-            }
-        },
-        [&] {
-            CHECK(fake.live_locks() == 0);
-            // out of memory, or the fake runtime's own allocation failing as a refusal
-            if (refused)
-                CHECK((kind == ErrorKind::out_of_memory || kind == ErrorKind::import_failed));
-        });
+    const std::uint64_t faults = wm::test::check_import_out_of_memory(
+        *hsa, f.map.base(), 4 * page, [&] { return fake.live_locks(); });
     CHECK(faults >= 1);
 }

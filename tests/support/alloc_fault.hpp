@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <new>
 
+#include "weightmap/importer.hpp"
+
 namespace wm::test {
 
 /// Arms the fault for its lifetime: the `nth` allocation (1-based) made from now on, on any
@@ -46,6 +48,33 @@ std::uint64_t fail_each_allocation(Call call, Check check) {
     }
     FAIL("the call never completed");
     return 0;
+}
+
+/// fail_each_allocation over one import (released when it succeeds) of `importer`: after each
+/// run `held()` (what the backend's fake still holds: locks, registrations) must be 0, and a
+/// refusal must say out_of_memory, or import_failed where the fake backend's own allocation
+/// failed and it answered with an error code. Returns the runs that met the fault.
+template <class Held>
+std::uint64_t check_import_out_of_memory(Importer& importer, void* host, std::uint64_t size,
+                                         Held held) {
+    bool refused = false;
+    ErrorKind kind = ErrorKind::internal;
+    return fail_each_allocation(
+        [&] {
+            refused = false;
+            auto imported = importer.import(host, size);
+            if (!imported) {
+                refused = true;
+                kind = imported.error().kind;
+            } else {
+                (void)importer.release(imported.value());
+            }
+        },
+        [&] {
+            CHECK(held() == 0);
+            if (refused)
+                CHECK((kind == ErrorKind::out_of_memory || kind == ErrorKind::import_failed));
+        });
 }
 
 } // namespace wm::test
