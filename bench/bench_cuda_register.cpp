@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
     if (!error.empty()) return fail(error);
 
     const double gib = static_cast<double>(file.size) / (1024.0 * MiB);
-    std::printf("device: %s (%s), read-only registration: %s\n", caps.device_memory_note.c_str(),
+    std::printf("device: %s (%s), read-only registration: %s\n", std::string(cuda.notes().device_memory).c_str(),
                 wm::to_string(caps.device_memory), caps.needs_writable_mapping ? "no" : "yes");
     std::printf("| %-44s | %12s | %10s |\n", "step (file-backed PROT_READ mapping)", "value",
                 "GiB/s");

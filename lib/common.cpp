@@ -84,6 +84,9 @@ TargetDesc target_for(std::string name, const Importer& importer) {
     target.name = std::move(name);
     target.importer_key = std::string(importer.name());
     target.caps = importer.caps();
+    const ImporterNotes notes = importer.notes();
+    target.file_pages_note = notes.file_pages;
+    target.device_memory_note = notes.device_memory;
     return target;
 }
 

@@ -124,7 +124,11 @@ const Plan& Placement::plan() const noexcept { return impl_->plan; }
 std::size_t Placement::import_count() const noexcept { return impl_->imports.size(); }
 
 PlacedImport Placement::import_at(std::size_t index) const noexcept {
-    assert(index < impl_->imports.size());
+    if (index >= impl_->imports.size()) {
+        PlacedImport none;
+        none.target = none.file = none.region = none.run = no_index;
+        return none;
+    }
     const Impl::LiveImport& live = impl_->imports[index];
     const PlanRegion& region = impl_->plan.regions[live.region];
     const PlanRun& run = region.runs[live.run];
@@ -167,36 +171,89 @@ TensorLocation Placement::locate(std::uint32_t index) const {
 
 namespace {
 
-// A plan is plain data an engine may have built or edited: every index it holds is checked
-// against the model before the executor uses one.
-Status check_plan_against_model(const ModelDesc& model, const Plan& plan) {
-    const auto bad = [](std::string what) {
-        return make_error(ErrorKind::invalid_argument,
-                          "execute_plan: the plan does not fit the model: " + what);
-    };
+Error plan_mismatch(std::string what) {
+    return make_error(ErrorKind::invalid_argument,
+                      "execute_plan: the plan does not fit the model: " + what);
+}
+
+// Every region names a target and file of the model, and every tensor its runs serve is one of
+// the region's and placed in that run (marked in `listed`).
+Status check_regions(const ModelDesc& model, const Plan& plan, std::vector<bool>& listed) {
     for (std::size_t r = 0; r < plan.regions.size(); ++r) {
         const PlanRegion& region = plan.regions[r];
         if (region.target >= model.targets.size() || region.file >= model.files.size())
-            return bad(fmt::format("region {} names target {} and file {} of {} and {}", r,
-                                   region.target, region.file, model.targets.size(),
-                                   model.files.size()));
+            return plan_mismatch(fmt::format("region {} names target {} and file {} of {} and {}",
+                                             r, region.target, region.file, model.targets.size(),
+                                             model.files.size()));
         for (std::size_t k = 0; k < region.runs.size(); ++k)
-            for (std::uint32_t t : region.runs[k].tensors)
+            for (std::uint32_t t : region.runs[k].tensors) {
                 if (t >= model.tensors.size() || model.tensors[t].target != region.target ||
                     model.tensors[t].file != region.file)
-                    return bad(fmt::format("run {} of region {} serves tensor {}, which is not "
-                                           "one of the region's", k, r, t));
+                    return plan_mismatch(fmt::format("run {} of region {} serves tensor {}, "
+                                                     "which is not one of the region's", k, r, t));
+                if (t < plan.tensors.size() &&
+                    (plan.tensors[t].region != r || plan.tensors[t].run != k))
+                    return plan_mismatch(fmt::format("run {} of region {} serves tensor {} ('{}'), "
+                                                     "which the plan places in run {} of region "
+                                                     "{}", k, r, t, model.tensors[t].name,
+                                                     plan.tensors[t].run, plan.tensors[t].region));
+                listed[t] = true;
+            }
     }
-    for (std::size_t t = 0; t < plan.tensors.size(); ++t) {
-        const TensorPlacement& place = plan.tensors[t];
-        if (place.region != no_index && place.region >= plan.regions.size())
-            return bad(fmt::format("tensor {} is in region {} of {}", t, place.region,
-                                   plan.regions.size()));
-        if (place.run != no_index &&
-            (place.region == no_index || place.run >= plan.regions[place.region].runs.size()))
-            return bad(fmt::format("tensor {} is in run {} of region {}", t, place.run,
-                                   place.region));
-    }
+    return {};
+}
+
+// Tensor t's region and run are indices of the plan (or no_index).
+Status check_placement_indices(const Plan& plan, const ModelDesc& model, std::size_t t) {
+    const TensorPlacement& place = plan.tensors[t];
+    if (place.region != no_index && place.region >= plan.regions.size())
+        return plan_mismatch(fmt::format("tensor {} ('{}') is in region {} of {}", t,
+                                         model.tensors[t].name, place.region,
+                                         plan.regions.size()));
+    if (place.run != no_index &&
+        (place.region == no_index || place.run >= plan.regions[place.region].runs.size()))
+        return plan_mismatch(fmt::format("tensor {} ('{}') is in run {} of region {}", t,
+                                         model.tensors[t].name, place.run, place.region));
+    return {};
+}
+
+// Tensor t's placement: a run that lists it, at the offset in its extent that is its offset in
+// the file, wholly inside the extent. A placement an engine edited would otherwise make
+// locate() return a buffer offset that is not the tensor (or lies past the import).
+Status check_placement_bytes(const ModelDesc& model, const Plan& plan, std::size_t t,
+                             const std::vector<bool>& listed) {
+    const TensorPlacement& place = plan.tensors[t];
+    if (place.run == no_index) return {};
+    const TensorDesc& tensor = model.tensors[t];
+    const auto bad = [&](std::string what) {
+        return plan_mismatch(fmt::format("tensor {} ('{}') {}", t, tensor.name, what));
+    };
+    if (!listed[t])
+        return bad(fmt::format("is placed in run {} of region {}, which does not serve it",
+                               place.run, place.region));
+    const PlanRun& run = plan.regions[place.region].runs[place.run];
+    if (tensor.offset < run.extent_offset || tensor.offset - run.extent_offset != place.offset_in_run)
+        return bad(fmt::format("is at file offset {:#x}, but its offset_in_run {:#x} in the "
+                               "extent at {:#x} says {:#x}", tensor.offset, place.offset_in_run,
+                               run.extent_offset, run.extent_offset + place.offset_in_run));
+    if (place.offset_in_run > run.extent_size ||
+        tensor.size > run.extent_size - place.offset_in_run)
+        return bad(fmt::format("[{:#x}, +{:#x}) does not lie inside its run's extent [{:#x}, "
+                               "+{:#x})", tensor.offset, tensor.size, run.extent_offset,
+                               run.extent_size));
+    return {};
+}
+
+// A plan is plain data an engine may have built or edited: every index and offset it holds is
+// checked against the model before the executor uses one. (check_call has checked that plan and
+// model have as many tensors.)
+Status check_plan_against_model(const ModelDesc& model, const Plan& plan) {
+    for (std::size_t t = 0; t < plan.tensors.size(); ++t)
+        if (Status s = check_placement_indices(plan, model, t); !s) return s;
+    std::vector<bool> listed(model.tensors.size(), false);
+    if (Status s = check_regions(model, plan, listed); !s) return s;
+    for (std::size_t t = 0; t < plan.tensors.size(); ++t)
+        if (Status s = check_placement_bytes(model, plan, t, listed); !s) return s;
     return {};
 }
 
@@ -241,7 +298,8 @@ std::string region_refusal(const TargetDesc& target, Importer* importer, const P
     if (Availability a = importer->available(); !a.available)
         return fmt::format("{} importer not available: {}", importer->name(), a.reason);
     const ImportPolicy policy = target.import_policy.value_or(plan.import_policy);
-    std::string why = import_policy_refusal(importer->caps(), policy);
+    std::string why =
+        import_policy_refusal(importer->caps(), policy, importer->notes().device_memory);
     return why.empty() ? why : fmt::format("{} importer: {}", importer->name(), why);
 }
 
@@ -353,9 +411,15 @@ Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
     impl.run_import.resize(impl.plan.regions.size());
 
     Placement::Impl::Progress progress;
+    std::size_t runs = 0;
     for (const PlanRegion& region : impl.plan.regions)
-        if (region.decision == Decision::import)
+        if (region.decision == Decision::import) {
+            runs += region.runs.size();
             for (const PlanRun& run : region.runs) progress.total += run.extent_size;
+        }
+    // Reserved before the first import: import_run's push_back then cannot throw after an
+    // importer has pinned a range (the import would be recorded nowhere, and never released).
+    impl.imports.reserve(runs);
     for (std::uint32_t r = 0; r < impl.plan.regions.size(); ++r) {
         const PlanRegion& region = impl.plan.regions[r];
         if (region.decision != Decision::import) continue;

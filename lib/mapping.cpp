@@ -23,7 +23,7 @@ namespace internal {
 namespace {
 int libc_open(const char* path, int flags) { return ::open(path, flags | O_CLOEXEC); }
 const SysCalls libc_table{&libc_open, &::close, &::mmap, &::munmap, &::mlock, &::munlock,
-                          &::mprotect, &::madvise};
+                          &::mprotect, &::madvise, &::pread};
 std::atomic<const SysCalls*> current{&libc_table};
 } // namespace
 const SysCalls& syscalls() noexcept { return *current.load(std::memory_order_acquire); }
@@ -228,6 +228,10 @@ Result<MappedModel> MappedModel::open(Span<const std::string> paths, MappingAcce
     impl.access = access;
     impl.read_only = access == MappingAccess::read_only;
     impl.paths.assign(paths.begin(), paths.end());
+    // Reserved before the first mmap: a push_back that threw after one would leak that mapping.
+    impl.mappings.reserve(paths.size());
+    impl.views.reserve(paths.size());
+    impl.sizes.reserve(paths.size());
     for (const std::string& path : paths) {
         auto mapped = map_one(path, access, options);
         if (!mapped) return std::move(mapped).error(); // ~MappedModel unmaps files 0..k-1

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <dirent.h>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -117,10 +118,14 @@ std::optional<std::uint64_t> parse_drm_fdinfo(std::string_view text,
 
 MemStat read_memstat() {
     MemStat stat = parse_proc_status(slurp("/proc/self/status"));
-    DIR* dir = opendir("/proc/self/fdinfo");
+    // Closed however the loop ends: slurp and the maps below may throw bad_alloc.
+    struct Close {
+        void operator()(DIR* d) const noexcept { closedir(d); }
+    };
+    const std::unique_ptr<DIR, Close> dir(opendir("/proc/self/fdinfo"));
     if (dir == nullptr) return stat;
     std::set<std::uint64_t> clients;
-    while (dirent* entry = readdir(dir)) {
+    while (dirent* entry = readdir(dir.get())) {
         if (entry->d_name[0] == '.') continue;
         std::string text = slurp(std::string("/proc/self/fdinfo/") + entry->d_name);
         if (text.find("drm-driver") == std::string::npos) continue;
@@ -134,7 +139,6 @@ MemStat read_memstat() {
             if (mem.resident) add_to(out.resident, *mem.resident);
         }
     }
-    closedir(dir);
     return stat;
 }
 

@@ -52,12 +52,13 @@ ImportPolicy effective_import_policy(const TargetDesc& target,
     return target.import_policy.value_or(options.import_policy);
 }
 
-std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy) {
+std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
+                                  std::string_view device_memory_note) {
     const DeviceMemory memory = caps.device_memory;
     if (caps.is_cpu || import_allowed(policy, memory)) return {};
     if (policy == ImportPolicy::never) return "import_policy=never";
     const std::string note =
-        caps.device_memory_note.empty() ? "" : " (" + caps.device_memory_note + ")";
+        device_memory_note.empty() ? "" : fmt::format(" ({})", device_memory_note);
     // unified_only refusing: the device is discrete or nobody can tell.
     if (memory == DeviceMemory::discrete)
         return "discrete device" + note + ": imported weights would be read over the bus on "
@@ -160,7 +161,8 @@ public:
         policy_refusals_.reserve(model.targets.size());
         for (const TargetDesc& target : model.targets)
             policy_refusals_.push_back(
-                import_policy_refusal(target.caps, effective_import_policy(target, options)));
+                import_policy_refusal(target.caps, effective_import_policy(target, options),
+                                      target.device_memory_note));
     }
 
     Plan run(const internal::ImportSwitch& import_switch);
@@ -1060,13 +1062,13 @@ void Planner::refuse_misaligned(std::uint32_t r) {
 std::string Planner::whole_fallback_reason(const PlanRegion& region,
                                            const internal::ImportSwitch& import_switch) const {
     if (!import_switch.enabled) return import_switch.why_not;
-    const ImporterCaps& caps = model_.targets[region.target].caps;
+    const TargetDesc& target = model_.targets[region.target];
     // The importer's own probe found that its driver refuses file-backed pages (RADV), so no
     // import of the mapping can work: say so now rather than fail every import later.
-    if (caps.refuses_file_pages)
-        return caps.file_pages_note.empty()
+    if (target.caps.refuses_file_pages)
+        return target.file_pages_note.empty()
                    ? std::string("the importer refuses pages of a file mapping")
-                   : caps.file_pages_note;
+                   : target.file_pages_note;
     if (!policy_refusals_[region.target].empty()) return policy_refusals_[region.target];
     if (region.ctx_bytes == 0) return "region holds no tensor bytes";
     return describe_gate_failure(region.first, region.last, region.ctx_bytes);
@@ -1162,20 +1164,26 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
 
 } // namespace
 
+// Entries whose indices are out of range (a plan edited by hand, or made for another model)
+// count as not imported and are skipped where nothing can be read: never an out-of-range read.
 PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
+    const auto is_cpu = [&](std::uint32_t target) {
+        return target >= model.targets.size() || model.targets[target].caps.is_cpu;
+    };
     PlanTotals totals;
     for (std::size_t i = 0; i < model.tensors.size(); ++i) {
         const TensorDesc& t = model.tensors[i];
-        if (model.targets[t.target].caps.is_cpu) continue;
+        if (is_cpu(t.target)) continue;
         totals.device_bytes += t.size;
+        if (i >= plan.tensors.size()) continue;
         const TensorPlacement& place = plan.tensors[i];
-        if (place.run != no_index && plan.regions[place.region].decision == Decision::import)
+        if (place.run != no_index && place.region < plan.regions.size() &&
+            plan.regions[place.region].decision == Decision::import)
             totals.imported_bytes += t.size;
     }
     totals.fallback_bytes = totals.device_bytes - totals.imported_bytes;
     for (const PlanRegion& region : plan.regions) {
-        if (model.targets[region.target].caps.is_cpu || region.decision != Decision::import)
-            continue;
+        if (is_cpu(region.target) || region.decision != Decision::import) continue;
         for (const PlanRun& run : region.runs) {
             totals.pinned_bytes += run.extent_size;
             ++totals.imports;

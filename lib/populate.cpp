@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/sys_hooks.hpp"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 // Linux 5.14; older kernels answer EINVAL
@@ -75,7 +77,8 @@ Status read_fully(int fd, void* dst, std::uint64_t size, std::uint64_t offset,
     auto* out = static_cast<std::byte*>(dst);
     std::uint64_t done = 0;
     while (done < size) {
-        const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+        const ssize_t n = internal::syscalls().read_at(fd, out + done, size - done,
+                                                       static_cast<off_t>(offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0)
             return make_error(ErrorKind::io, fmt::format("'{}': read at offset {}: {}", path,
@@ -133,12 +136,13 @@ public:
         threads = static_cast<std::uint32_t>(std::min<std::size_t>(threads, jobs_.size()));
         std::vector<std::thread> helpers;
         try {
+            helpers.reserve(threads);
             for (std::uint32_t t = 1; t < threads; ++t)
-                helpers.emplace_back([&] { loop(work, false); });
-        } catch (const std::system_error&) {
-            // fewer threads than asked: the ones running share the work
+                helpers.emplace_back([&] { guarded_loop(work, false); });
+        } catch (...) {
+            // system_error or bad_alloc: fewer threads than asked; the ones running share the work
         }
-        loop(work, true);
+        guarded_loop(work, true);
         for (std::thread& h : helpers) h.join();
         report_completion();
         return std::move(failure_);
@@ -161,6 +165,28 @@ private:
         std::uint64_t size;
         std::byte* data;
     };
+
+    // loop(), with nothing escaping: an exception that left a helper thread (an engine's sink
+    // throwing, bad_alloc) would call std::terminate, and one that left the calling thread would
+    // leave the helpers running on this frame. It becomes the call's error instead.
+    void guarded_loop(const Work& work, bool calling_thread) noexcept {
+        try {
+            loop(work, calling_thread);
+        } catch (const std::bad_alloc&) {
+            fail(Error{ErrorKind::out_of_memory, "out of memory"});
+        } catch (const std::exception& e) {
+            fail(exception_error(e.what()));
+        } catch (...) {
+            fail(exception_error("an exception that is not a std::exception"));
+        }
+    }
+    static Error exception_error(const char* what) noexcept {
+        try {
+            return make_error(ErrorKind::internal, fmt::format("a read threw: {}", what));
+        } catch (...) {
+            return Error{ErrorKind::out_of_memory, "out of memory"};
+        }
+    }
 
     void loop(const Work& work, bool calling_thread) {
         std::unique_ptr<Buffer> buffer; // made on the first job that asks for it
@@ -186,7 +212,7 @@ private:
         const std::uint64_t done = done_.load();
         if (failure_ && options_.progress && done != reported_) options_.progress(done, total_);
     }
-    void fail(Status s) {
+    void fail(Status s) noexcept {
         std::lock_guard lock(mutex_);
         if (failure_) failure_ = std::move(s);
         stop_.store(true);
@@ -243,7 +269,7 @@ std::pair<std::byte*, std::uint64_t> page_range(const MappedFile& file, std::uin
 // EINVAL on a kernel before 5.14.
 bool populate_pages(const MappedFile& file, std::uint64_t offset, std::uint64_t size) {
     const auto [base, length] = page_range(file, offset, size);
-    return length == 0 || ::madvise(base, length, MADV_POPULATE_READ) == 0;
+    return length == 0 || internal::syscalls().advise(base, length, MADV_POPULATE_READ) == 0;
 }
 
 // MADV_HUGEPAGE on every extent, before it is read. Why: a cold read of an advised range fills
@@ -254,7 +280,7 @@ bool populate_pages(const MappedFile& file, std::uint64_t offset, std::uint64_t 
 void advise_huge_pages(Span<const MappedFile> files, Span<const FileExtent> extents) {
     for (const FileExtent& e : extents) {
         const auto [base, length] = page_range(files[e.file], e.offset, e.size);
-        if (length != 0) (void)::madvise(base, length, MADV_HUGEPAGE);
+        if (length != 0) (void)internal::syscalls().advise(base, length, MADV_HUGEPAGE);
     }
 }
 
@@ -323,14 +349,18 @@ Result<ReadReport> populate(const ModelDesc& model, Span<const MappedFile> files
         // Measured on Linux 6.18 (docs/cold_load.md): MADV_POPULATE_READ of 8-64 MiB chunks
         // reads a cold file at or above read(2)'s 1 MiB-block speed, with no buffer and no copy;
         // pread first and then populate ran at 0.3-0.9 of it.
-        if (!old_kernel.load() && populate_pages(files[job.file], job.offset, job.size))
-            return {};
-        if (errno != EINVAL)
-            return make_error(ErrorKind::io, fmt::format("'{}': madvise(MADV_POPULATE_READ) at "
-                                                         "offset {}: {}",
-                                                         model.files[job.file].path, job.offset,
-                                                         std::strerror(errno)));
-        old_kernel.store(true); // before 5.14: large preads fill the cache, then one load a page
+        // errno is read only right after this thread's own madvise: once another thread has
+        // found an old kernel, this one never calls it, and errno is whatever it last was
+        // (a sharded model on Linux < 5.14 failed with "...: Success").
+        if (!old_kernel.load()) {
+            if (populate_pages(files[job.file], job.offset, job.size)) return {};
+            if (const int err = errno; err != EINVAL)
+                return make_error(ErrorKind::io,
+                                  fmt::format("'{}': madvise(MADV_POPULATE_READ) at offset {}: {}",
+                                              model.files[job.file].path, job.offset,
+                                              std::strerror(err)));
+            old_kernel.store(true); // before 5.14: large preads fill the cache, then a load a page
+        }
         std::byte* into = buffer();
         if (into == nullptr)
             return make_error(ErrorKind::out_of_memory,

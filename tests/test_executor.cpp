@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <sys/mman.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -546,4 +547,98 @@ TEST_CASE("locate() of an index out of range has a defined answer", "[executor]"
     }
     Placement empty;
     CHECK(empty.locate(0).reason == "tensor index out of range");
+}
+
+// Every field of a plan an engine can edit, edited: execute_plan refuses the plan, naming the
+// tensor, before anything is imported (locate() would otherwise return a buffer offset that is
+// not the tensor, or one past the import).
+TEST_CASE("an edited placement or extent fails naming the tensor, before anything is imported",
+          "[executor]") {
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
+    const Plan planned = fx.plan();
+    const TensorPlacement& w0 = planned.tensors[0];
+    REQUIRE(w0.run != no_index);
+    const std::uint32_t b_w0 = 4; // "b.w0": file 1, target 0
+    REQUIRE(planned.tensors[b_w0].run != no_index);
+    REQUIRE(planned.tensors[b_w0].region != w0.region);
+    REQUIRE(planned.tensors[b_w0].region != planned.tensors[b_w0].run);
+    const std::vector<std::pair<const char*, std::function<void(Plan&)>>> edits = {
+        {"'a.w0'", [](Plan& p) { p.tensors[0].offset_in_run += 64 * 1024; }}, // inside its run
+        {"'a.w0'", [](Plan& p) { p.tensors[0].offset_in_run += 64 * MiB; }},  // past its run
+        {"'a.w0'", [](Plan& p) { p.tensors[0].offset_in_run -= 1; }},
+        {"'a.w0'", // placed in another region's run
+         [&](Plan& p) {
+             p.tensors[0].region = planned.tensors[b_w0].region;
+             p.tensors[0].run = planned.tensors[b_w0].run;
+         }},
+        {"'b.w0'", // region and run swapped
+         [&](Plan& p) { std::swap(p.tensors[b_w0].region, p.tensors[b_w0].run); }},
+        {"'a.w0'", // the run moved on by a page: the tensor's offset in it no longer fits
+         [&](Plan& p) { p.regions[w0.region].runs[w0.run].extent_offset += 4096; }},
+        {"'a.w0'", // moved, its tensors' offsets moved with it: the tensor starts before it
+         [&](Plan& p) {
+             PlanRun& run = p.regions[w0.region].runs[w0.run];
+             run.extent_offset += 4096;
+             for (std::uint32_t t : run.tensors) p.tensors[t].offset_in_run -= 4096;
+         }},
+        {"does not lie inside", // shrunk under its tensors
+         [&](Plan& p) { p.regions[w0.region].runs[w0.run].extent_size = 4096; }},
+    };
+    for (const auto& [message, edit] : edits) {
+        INFO(message);
+        Plan plan = planned;
+        edit(plan);
+        auto placed = execute_plan(fx.model, std::move(plan), files, importers);
+        REQUIRE_FALSE(placed.ok());
+        INFO(placed.error().message);
+        CHECK(placed.error().kind == ErrorKind::invalid_argument);
+        CHECK_THAT(placed.error().message, Catch::Contains(message) && Catch::Contains("tensor"));
+        CHECK(gpu0.imports().empty());
+        CHECK(gpu1.imports().empty());
+    }
+    // Unedited, the same plan places every tensor where it is.
+    auto placed = execute_plan(fx.model, planned, files, importers);
+    REQUIRE(placed.ok());
+    check_every_tensor_resolves(fx.model, placed.value(), files);
+}
+
+TEST_CASE("import_at() of an index out of range has a defined answer", "[executor]") {
+    Mapped m;
+    auto& [fx, ma, mb, files, gpu0, gpu1, cpu, importers] = m;
+    auto placed = execute_plan(fx.model, fx.plan(), files, importers);
+    REQUIRE(placed.ok());
+    for (std::size_t index : {placed->import_count(), std::size_t{1} << 40}) {
+        const PlacedImport none = placed->import_at(index);
+        CHECK(none.buffer == nullptr);
+        CHECK(none.target == no_index);
+        CHECK(none.file == no_index);
+        CHECK(none.region == no_index);
+        CHECK(none.run == no_index);
+        CHECK(none.tensors.empty());
+    }
+    CHECK(Placement().import_at(0).buffer == nullptr);
+}
+
+TEST_CASE("compute_totals of a plan with indices out of range counts them as not imported",
+          "[executor]") {
+    Fixture fx;
+    const Plan planned = fx.plan();
+    const PlanTotals right = compute_totals(fx.model, planned);
+    const std::uint64_t w0 = fx.model.tensors[0].size;
+    Plan edited = planned;
+    edited.tensors[0].region = 1000; // out of range: not imported
+    PlanTotals totals = compute_totals(fx.model, edited);
+    CHECK(totals.imported_bytes == right.imported_bytes - w0);
+    CHECK(totals.fallback_bytes == right.fallback_bytes + w0);
+    edited.regions[0].target = 1000; // a target the model lacks: not counted
+    totals = compute_totals(fx.model, edited);
+    CHECK(totals.imports < right.imports);
+    edited.tensors.resize(2); // shorter than the model: the rest are fallbacks
+    totals = compute_totals(fx.model, edited);
+    CHECK(totals.device_bytes == right.device_bytes);
+    ModelDesc other = fx.model;
+    other.tensors[1].target = 1000; // a tensor on a target the model lacks: not counted
+    CHECK(compute_totals(other, planned).device_bytes ==
+          right.device_bytes - fx.model.tensors[1].size);
 }

@@ -14,6 +14,7 @@
 
 #include "fakes/fake_importers.hpp"
 #include "internal/sys_hooks.hpp"
+#include "support/sys_hooks_guard.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/loader.hpp"
 #include "weightmap/memstat.hpp"
@@ -183,9 +184,9 @@ TEST_CASE("fault injection: the N-th import, release or returned pointer goes wr
                 struct MisalignNth : FakeImporter {
                     using FakeImporter::FakeImporter;
                     std::uint64_t nth = 0, calls = 0;
-                    Result<ImportedBuffer> import(void* p, std::uint64_t s) override {
+                    Result<ImportedBuffer> import_checked(void* p, std::uint64_t s) override {
                         misalign_result_by = ++calls == nth ? 64 : 0;
-                        return FakeImporter::import(p, s);
+                        return FakeImporter::import_checked(p, s);
                     }
                 } misaligning("dev", caps);
                 misaligning.nth = n;
@@ -232,7 +233,7 @@ TEST_CASE("fault injection: the N-th mmap, mlock or mprotect fails", "[fault]") 
     table.map = &SysFaults::map;
     table.lock = &SysFaults::lock;
     table.protect = &SysFaults::protect;
-    internal::set_syscalls(&table);
+    wm::test::SysCallsGuard hooks(table); // libc's again however the case ends
     int cases = 0, failed_cleanly = 0;
     for (int kind = 0; kind < 3; ++kind) {
         for (int n = 1; n <= 4; ++n) {
@@ -272,6 +273,5 @@ TEST_CASE("fault injection: the N-th mmap, mlock or mprotect fails", "[fault]") 
             ++cases;
         }
     }
-    internal::set_syscalls(nullptr);
     WARN("mmap/mlock/mprotect fault cases run: " << cases << ", failed cleanly: " << failed_cleanly);
 }

@@ -155,8 +155,8 @@ TEST_CASE("the executor applies the plan's policy to the caps the importer repor
         Plan plan = plan_ok(m, o);
         ImporterCaps now = device.caps();
         now.device_memory = DeviceMemory::discrete;
-        now.device_memory_note = "changed its mind";
         device.set_caps(now);
+        device.set_notes({}, "changed its mind");
         std::vector<std::string> log;
         ExecuteOptions e;
         e.log = [&](LogLevel, std::string_view line) { log.emplace_back(line); };

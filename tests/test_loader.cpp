@@ -11,6 +11,7 @@
 
 #include "fakes/fake_importers.hpp"
 #include "support/child.hpp"
+#include "support/skip.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/loader.hpp"
 #include "weightmap/registry.hpp"
@@ -114,11 +115,8 @@ TEST_CASE("an importer that does not survive PROT_READ keeps the mapping writabl
 }
 
 TEST_CASE("an unwritable shard: read-only mapping, writable-needing regions fall back",
-          "[loader][root]") {
-    if (geteuid() != 0) {
-        WARN("SKIP: needs root to drop privileges");
-        return;
-    }
+          "[loader][root][may_skip]") {
+    if (geteuid() != 0) return wm::test::skip("needs root to drop privileges");
     wm::test::TempDir dir;
     chmod(dir.path().c_str(), 0755);
     std::string a = dir.path() + "/a.gguf", b = dir.path() + "/b.gguf";

@@ -20,6 +20,8 @@
 #include "fakes/fake_importers.hpp"
 #include "internal/sys_hooks.hpp"
 #include "support/child.hpp"
+#include "support/skip.hpp"
+#include "support/sys_hooks_guard.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/mapping.hpp"
 #include "weightmap/memstat.hpp"
@@ -106,7 +108,7 @@ TEST_CASE("decision: registry defaults without an available HSA runtime map read
 }
 
 TEST_CASE("decision is all-or-nothing across shards: one read-only mount keeps all read-only",
-          "[mapping][policy][root]") {
+          "[mapping][policy][root][may_skip]") {
     TempDir writable_dir, ro_dir;
     std::vector<std::string> paths{write_file(writable_dir.path(), "m-00001-of-00003.gguf", 8192),
                                    write_file(ro_dir.path(), "m-00002-of-00003.gguf", 8192),
@@ -128,20 +130,15 @@ TEST_CASE("decision is all-or-nothing across shards: one read-only mount keeps a
             if (maps_permissions(f.base) != "r--s") return 6;
         return 0;
     });
-    if (result.exited && result.code == 77) {
-        WARN("SKIP read-only mount part: unshare(CLONE_NEWNS) not permitted here");
-    } else {
-        CHECK(result.exited);
-        CHECK(result.code == 0);
-    }
+    if (result.exited && result.code == 77)
+        return wm::test::skip("unshare(CLONE_NEWNS) is not permitted here (a read-only mount)");
+    CHECK(result.exited);
+    CHECK(result.code == 0);
 }
 
 TEST_CASE("decision with dropped privileges: one unwritable shard keeps all read-only",
-          "[mapping][policy][root]") {
-    if (geteuid() != 0) {
-        WARN("SKIP: needs root to drop privileges");
-        return;
-    }
+          "[mapping][policy][root][may_skip]") {
+    if (geteuid() != 0) return wm::test::skip("needs root to drop privileges");
     TempDir dir;
     chmod(dir.path().c_str(), 0755);
     std::vector<std::string> paths{write_file(dir.path(), "a.gguf", 4096),
@@ -320,7 +317,7 @@ TEST_CASE("a failed mapping of file k unmaps files 0..k-1", "[mapping][errors]")
     table.unmap = &Counting::unmap;
     table.lock = &Counting::lock;
     table.unlock = &Counting::unlock;
-    internal::set_syscalls(&table);
+    wm::test::SysCallsGuard hooks(table); // libc's again however the case ends
     for (int k = 1; k <= 4; ++k) {
         for (bool fail_lock : {false, true}) {
             Counting::maps = Counting::unmaps = Counting::locks = Counting::unlocks = 0;
@@ -340,5 +337,4 @@ TEST_CASE("a failed mapping of file k unmaps files 0..k-1", "[mapping][errors]")
             CHECK(Counting::unlocks == Counting::locks - (fail_lock ? 1 : 0));
         }
     }
-    internal::set_syscalls(nullptr);
 }

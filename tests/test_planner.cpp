@@ -294,14 +294,14 @@ TEST_CASE("a target whose importer refuses file pages falls back whole, with its
     m.files = {{"a.gguf", 64 * MiB}};
     m.targets = {device_target("Vulkan0"), device_target("Vulkan1"), cpu_target()};
     m.targets[0].caps.refuses_file_pages = true;
-    m.targets[0].caps.file_pages_note = "RADV refuses host-pointer imports of file-backed pages";
+    m.targets[0].file_pages_note = "RADV refuses host-pointer imports of file-backed pages";
     m.tensors = {{"a", 0, 0, 4 * MiB, 0}, {"b", 0, 4 * MiB, 4 * MiB, 1}, {"c", 0, 8 * MiB, MiB, 2}};
     const Plan p = plan_ok(m, plan_options());
     check_plan(m, p);
     REQUIRE(p.regions.size() == 3);
     CHECK(p.regions[0].decision == Decision::fallback);
-    CHECK(p.regions[0].reason == m.targets[0].caps.file_pages_note);
-    CHECK(p.tensors[0].reason == m.targets[0].caps.file_pages_note);
+    CHECK(p.regions[0].reason == m.targets[0].file_pages_note);
+    CHECK(p.tensors[0].reason == m.targets[0].file_pages_note);
     CHECK(p.regions[1].decision == Decision::import); // the other device still imports
     CHECK(p.totals.fallback_bytes == 4 * MiB);
     CHECK(p.totals.imported_bytes == 4 * MiB);

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <stdexcept>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -24,6 +24,7 @@
 #include "weightmap/registry.hpp"
 
 using namespace wm;
+using wm::test::open_fds;
 
 namespace {
 constexpr std::uint64_t MiB = 1024 * 1024;
@@ -50,15 +51,6 @@ std::uint64_t resident_pages(const MappedFile& file, std::uint64_t offset, std::
     REQUIRE(::mincore(file.base + offset, size, v.data()) == 0);
     std::uint64_t n = 0;
     for (unsigned char r : v) n += r & 1;
-    return n;
-}
-
-std::size_t open_fds() {
-    std::size_t n = 0;
-    if (DIR* d = ::opendir("/proc/self/fd")) {
-        while (::readdir(d) != nullptr) ++n;
-        ::closedir(d);
-    }
     return n;
 }
 
@@ -344,4 +336,37 @@ TEST_CASE("a cancel from the progress callback stops populate and the copy, noth
     REQUIRE_FALSE(copied.ok());
     CHECK(copied.error().kind == ErrorKind::aborted);
     CHECK(open_fds() == fds);
+}
+
+// std::thread calls std::terminate for an exception that leaves it: a sink that throws (an
+// engine's ggml_backend_tensor_set wrapper, bad_alloc) must become the call's error instead,
+// whichever thread ran it, with every other thread stopped and joined.
+TEST_CASE("an exception from the copy's sink is the call's error, on any thread") {
+    wm::test::TempFile a(8 * MiB), b(8 * MiB, ".b");
+    ModelDesc m;
+    m.files = {{a.path(), a.size()}, {b.path(), b.size()}};
+    TargetDesc gpu{"GPU0", "fake", {}};
+    gpu.caps.device_memory = DeviceMemory::unified;
+    m.targets = {gpu};
+    m.tensors = {{"a", 0, 0, 8 * MiB, 0}, {"b", 1, 0, 8 * MiB, 0}};
+    Plan plan;
+    plan.tensors.resize(2); // both fall back (run == no_index): both are copied
+    const std::size_t fds = open_fds();
+    for (std::uint32_t threads : {1u, 2u, 4u}) {
+        INFO("threads " << threads);
+        ReadOptions ro;
+        ro.chunk_size = MiB;
+        ro.threads = threads;
+        std::atomic<int> calls{0};
+        CopyDestination to;
+        to.sink = [&](std::uint32_t, std::uint64_t, const void*, std::uint64_t) -> Status {
+            if (++calls == 3) throw std::runtime_error("the engine's sink threw");
+            return {};
+        };
+        auto copied = copy_fallback_tensors(m, plan, to, ro);
+        REQUIRE_FALSE(copied.ok());
+        CHECK(copied.error().kind == ErrorKind::internal);
+        CHECK_THAT(copied.error().message, Catch::Contains("the engine's sink threw"));
+        CHECK(open_fds() == fds);
+    }
 }

@@ -98,7 +98,7 @@ public:
             target.caps.device_memory = device_ == "unified"    ? DeviceMemory::unified
                                         : device_ == "discrete" ? DeviceMemory::discrete
                                                                 : DeviceMemory::unknown;
-            target.caps.device_memory_note = "--device " + device_;
+            target.device_memory_note = "--device " + device_;
         }
         return target;
     }

@@ -335,7 +335,7 @@ void print_json(const Report& r) {
     const wm::ImporterCaps caps = r.importer.caps();
     out["importer"] = std::string(r.importer.name());
     out["device_memory"] = wm::to_string(caps.device_memory);
-    out["device_memory_note"] = caps.device_memory_note;
+    out["device_memory_note"] = std::string(r.importer.notes().device_memory);
     out["import_policy"] = wm::to_string(r.loaded.placement().plan().import_policy);
     out["arm"] = r.arm();
     out["mapping"] = wm::to_string(r.loaded.mapping_decision().access);
@@ -381,7 +381,7 @@ void print_text(const Report& r) {
                wm::to_string(r.loaded.mapping_decision().access),
                r.loaded.read_only() ? ", PROT_READ after load" : "");
     fmt::print("device memory   {} ({}), import policy {}\n", wm::to_string(caps.device_memory),
-               caps.device_memory_note,
+               r.importer.notes().device_memory,
                wm::to_string(r.loaded.placement().plan().import_policy));
     fmt::print("device bytes    {:.1f} MiB: imported {:.1f} MiB in {} imports (pinned {:.1f} "
                "MiB), fallback {:.1f} MiB, copied {:.1f} MiB\n",

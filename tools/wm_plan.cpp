@@ -122,7 +122,7 @@ void print_table(const wm::ModelInfo& info, const wm::PlacementRules& rules,
                        t.caps.tensor_alignment > 1
                            ? fmt::format(" tensor alignment {}", t.caps.tensor_alignment)
                            : "",
-                       wm::to_string(t.caps.device_memory), t.caps.device_memory_note);
+                       wm::to_string(t.caps.device_memory), t.device_memory_note);
     fmt::print("\n\n");
 
     fmt::print("{:<10} {:>4} {:>7} {:>14} {:>14} {:>10} {:>10} {:>4}  {:<8}  {}\n", "target",
@@ -179,7 +179,7 @@ int run(const Options& o) {
         target.importer_key = std::string(name);
         target.caps.needs_writable_mapping = true;
         target.caps.device_memory = wm::DeviceMemory::unified;
-        target.caps.device_memory_note = "assumed; --device to change";
+        target.device_memory_note = "assumed; --device to change";
         return o.plan.adjust(std::move(target));
     };
     auto desc = wm::to_model_desc(*info, *rules, factory);

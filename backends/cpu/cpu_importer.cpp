@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "internal/nothrow.hpp"
+#include "internal/sys_hooks.hpp"
 #include "weightmap/registry.hpp"
 
 namespace wm {
@@ -27,14 +29,14 @@ public:
         caps.alignment = 1;
         caps.survives_read_only_reprotect = true; // nothing is locked or registered
         caps.device_memory = DeviceMemory::unified;
-        caps.device_memory_note = "the CPU reads its own memory";
         return caps;
     }
+    ImporterNotes notes() const noexcept override { return {{}, "the CPU reads its own memory"}; }
     Availability available() const override { return {true, {}}; }
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
-        if (host_address == nullptr || size == 0)
-            return make_error(ErrorKind::invalid_argument,
-                              "cpu import: null address or zero size");
+
+protected:
+    // Passthrough acquires nothing: a record that throws leaves nothing imported.
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
         ImportedBuffer buffer;
         buffer.host_address = host_address;
         buffer.size = size;
@@ -43,6 +45,8 @@ public:
         imports_.insert({host_address, size});
         return buffer;
     }
+
+public:
     // Passthrough pins nothing, but a release of a buffer it never handed out (or handed back
     // already) is still the caller's bug: say so, as every other importer does.
     Status release(const ImportedBuffer& buffer) noexcept override {
@@ -61,14 +65,19 @@ public:
     // The control arm on the CPU: a private anonymous copy, as a CPU "device buffer" would be.
     Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override {
         if (size == 0) return make_error(ErrorKind::invalid_argument, "cpu copy: zero size");
-        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        // Through the syscall table, like the mapping layer, so fault tests can count it.
+        void* p = internal::syscalls().map(nullptr, size, PROT_READ | PROT_WRITE,
+                                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
             return make_error(ErrorKind::io, fmt::format("cpu copy: mmap of {} anonymous bytes "
                                                          "failed: {}", size, std::strerror(errno)));
         std::memcpy(p, src, size);
-        {
+        try {
             std::lock_guard lock(mutex_);
             copies_.emplace(p, size);
+        } catch (const std::bad_alloc&) {
+            internal::syscalls().unmap(p, size); // unrecorded, free_copy could never unmap it
+            return Error{ErrorKind::out_of_memory, "out of memory"};
         }
         ImportedBuffer buffer;
         buffer.host_address = p;
@@ -93,7 +102,7 @@ public:
                                                   buffer.host_address, buffer.size));
                 copies_.erase(it);
             }
-            if (munmap(buffer.host_address, buffer.size) != 0)
+            if (internal::syscalls().unmap(buffer.host_address, buffer.size) != 0)
                 return make_error(ErrorKind::io, fmt::format("cpu copy: munmap failed: {}",
                                                              std::strerror(errno)));
             return {};

@@ -14,6 +14,7 @@
 #include "internal/backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
+#include "internal/undo.hpp"
 #include "weightmap/backends/cuda.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
@@ -82,7 +83,11 @@ ImportedBuffer imported_buffer(void* host, std::uint64_t size, void* device_addr
 CudaImporter::CudaImporter(std::unique_ptr<Driver> driver, DeviceFacts facts,
                            CUcontext engine_context, Availability availability)
     : driver_(std::move(driver)), facts_(std::move(facts)), engine_context_(engine_context),
-      availability_(std::move(availability)), page_(host_page_size()), method_(facts_.method) {}
+      availability_(std::move(availability)), page_(host_page_size()), method_(facts_.method),
+      memory_note_register_(device_memory_note(CudaImportMethod::register_host)),
+      memory_note_other_(device_memory_note(facts_.method == CudaImportMethod::register_host
+                                                ? CudaImportMethod::direct
+                                                : facts_.method)) {}
 
 CudaImporter::~CudaImporter() {
     if (!driver_) return;
@@ -113,26 +118,34 @@ void CudaImporter::release_leftovers() noexcept {
     });
 }
 
-ImporterCaps CudaImporter::caps() const {
+// The Driver API requires READ_ONLY to register pages the CPU maps read-only, except where the
+// device reads through the host's page tables; without either, HSA's rule applies. A direct
+// import registers nothing, so it takes whatever the mapping is.
+bool CudaImporter::needs_writable_mapping(CudaImportMethod method) const noexcept {
+    return driver_ != nullptr && method == CudaImportMethod::register_host &&
+           !facts_.read_only_register && !facts_.host_page_tables;
+}
+
+std::string CudaImporter::device_memory_note(CudaImportMethod method) const {
+    if (driver_ == nullptr) return facts_.memory_note;
+    return fmt::format("{}; import method {}{}", facts_.memory_note, to_string(method),
+                       needs_writable_mapping(method) ? writable_note : "");
+}
+
+ImporterCaps CudaImporter::caps() const noexcept {
     ImporterCaps caps;
-    const CudaImportMethod method = method_.load();
-    // The Driver API requires READ_ONLY to register pages the CPU maps read-only, except where
-    // the device reads through the host's page tables; without either, HSA's rule applies. A
-    // direct import registers nothing, so it takes whatever the mapping is.
-    caps.needs_writable_mapping = driver_ != nullptr &&
-                                  method == CudaImportMethod::register_host &&
-                                  !facts_.read_only_register && !facts_.host_page_tables;
+    caps.needs_writable_mapping = needs_writable_mapping(method_.load());
     caps.alignment = page_; // CUDA 4.x required page alignment; later docs say nothing
     caps.max_import_size = 0;
     caps.is_cpu = false;
     caps.survives_read_only_reprotect = false; // not documented either way
     caps.device_memory = facts_.memory;
-    caps.device_memory_note =
-        driver_ == nullptr ? facts_.memory_note
-                           : fmt::format("{}; import method {}{}", facts_.memory_note,
-                                         to_string(method),
-                                         caps.needs_writable_mapping ? writable_note : "");
     return caps;
+}
+
+ImporterNotes CudaImporter::notes() const noexcept {
+    const bool registering = method_.load() == CudaImportMethod::register_host;
+    return {{}, registering ? memory_note_register_ : memory_note_other_};
 }
 
 Result<CUcontext> CudaImporter::context() {
@@ -197,8 +210,11 @@ Status CudaImporter::register_range(void* host, std::uint64_t size, unsigned fla
                                                               : "a null device pointer"));
         }
     }
+    // Unregistered again when recording it throws (bad_alloc): no registration outlives its record.
+    internal::Undo unregister([&] { api.mem_host_unregister(host); });
     std::lock_guard<std::mutex> guard(mutex_);
     registrations_[reinterpret_cast<std::uintptr_t>(host)] = {size, mapped, kind};
+    unregister.dismiss();
     *device_pointer = mapped;
     return {};
 }
@@ -215,11 +231,10 @@ Status CudaImporter::unregister(std::uintptr_t host, const Registration& registr
     });
 }
 
-Result<ImportedBuffer> CudaImporter::import(void* host_address, std::uint64_t size) {
+Result<ImportedBuffer> CudaImporter::import_checked(void* host_address, std::uint64_t size) {
     if (!availability_.available)
         return make_error(ErrorKind::unsupported,
                           fmt::format("cuda importer not available: {}", availability_.reason));
-    if (Status ok = check_range("cuda import", host_address, size); !ok) return ok.error();
     if (method_.load() == CudaImportMethod::direct) return import_direct(host_address, size);
     return import_registered(host_address, size);
 }
@@ -400,16 +415,16 @@ Result<ImportedBuffer> CudaImporter::allocate_copy(const void* src, std::uint64_
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemAlloc({} bytes) failed on '{}': {}", size,
                                       facts_.name, describe(allocated)));
-    if (const CUresult copied = api.memcpy_htod(device, src, size); copied != CUDA_SUCCESS) {
-        api.mem_free(device);
+    internal::Undo free([&] { api.mem_free(device); }); // until it is recorded
+    if (const CUresult copied = api.memcpy_htod(device, src, size); copied != CUDA_SUCCESS)
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemcpyHtoD({} bytes) failed on '{}': {}", size,
                                       facts_.name, describe(copied)));
-    }
     {
         std::lock_guard<std::mutex> guard(mutex_);
         copies_[device] = size;
     }
+    free.dismiss();
     ImportedBuffer buffer;
     buffer.size = size;
     buffer.device_address = reinterpret_cast<void*>(static_cast<std::uintptr_t>(device));

@@ -41,9 +41,9 @@ public:
     ~CudaImporter() override;
 
     std::string_view name() const noexcept override { return "cuda"; }
-    ImporterCaps caps() const override;
+    ImporterCaps caps() const noexcept override;
+    ImporterNotes notes() const noexcept override;
     Availability available() const override { return availability_; }
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override;
     Status release(const ImportedBuffer& buffer) noexcept override;
     Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
                      void* dst) override;
@@ -59,6 +59,9 @@ public:
     /// Why pin() cannot work here; empty when it can.
     std::string pin_unavailable_reason() const;
     CudaImporterState state() const;
+
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override;
 
 private:
     // import: registered and mapped; direct: the host pointer, nothing registered; pin:
@@ -82,6 +85,8 @@ private:
     Result<CUdeviceptr> device_range(const ImportedBuffer& buffer, std::uint64_t offset,
                                      std::uint64_t size, bool* direct);
     void release_leftovers() noexcept;
+    bool needs_writable_mapping(CudaImportMethod method) const noexcept;
+    std::string device_memory_note(CudaImportMethod method) const;
     std::string describe(CUresult result) const { return driver_->describe(result); }
 
     std::unique_ptr<Driver> driver_; // null when unavailable
@@ -90,6 +95,9 @@ private:
     const Availability availability_;
     const std::uint64_t page_;
     std::atomic<CudaImportMethod> method_; // register_host until the driver refuses it (801)
+    // notes().device_memory under each method, made once: the method may switch while an earlier
+    // caller still holds the note it was given.
+    const std::string memory_note_register_, memory_note_other_;
 
     mutable std::mutex mutex_;
     CUcontext primary_ = nullptr; // retained on first use when there is no engine context

@@ -16,6 +16,7 @@
 #include "internal/backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
+#include "internal/undo.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"
 
@@ -105,32 +106,24 @@ public:
         // access, and mprotect of a locked range may invalidate it (docs/hsa.md).
         caps.survives_read_only_reprotect = false;
         caps.device_memory = memory_.memory;
-        caps.device_memory_note = memory_.note;
         return caps;
+    }
+
+    ImporterNotes notes() const noexcept override {
+        // Never handed to the runtime: it answers a bare HSA_STATUS_ERROR (measured upstream).
+        return {{}, memory_.note,
+                "the page size: hsa_amd_memory_lock rejects any other range; lock an arbitrary "
+                "range with hsa_lock_superset", {}};
     }
 
     Availability available() const override { return availability_; }
 
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
         if (!runtime_)
             return make_error(ErrorKind::unsupported,
                               fmt::format("hsa importer not available: {}", availability_.reason));
         const auto address = reinterpret_cast<std::uintptr_t>(host_address);
-        if (host_address == nullptr || size == 0)
-            return make_error(ErrorKind::invalid_argument,
-                              fmt::format("hsa import: null address ({}) or zero size ({})",
-                                          host_address, size));
-        if (address % page_ != 0 || size % page_ != 0)
-            // Never handed to the runtime: it answers a bare HSA_STATUS_ERROR (measured upstream).
-            return make_error(ErrorKind::invalid_argument,
-                              fmt::format("hsa import: {} +{:#x} is not aligned to the {}-byte "
-                                          "page (hsa_amd_memory_lock rejects it); lock an "
-                                          "arbitrary range with hsa_lock_superset",
-                                          host_address, size, page_));
-        if (size > UINTPTR_MAX - address)
-            return make_error(ErrorKind::invalid_argument,
-                              fmt::format("hsa import: {} +{:#x} wraps the address space",
-                                          host_address, size));
         {
             std::lock_guard<std::mutex> guard(mutex_);
             if (budget_ != 0 && size > budget_ - locked_bytes_)
@@ -170,10 +163,17 @@ public:
                                   "PROT_READ|PROT_WRITE)"
                                 : ""));
         }
+        // Unlocked again when recording it throws (bad_alloc): no lock may outlive its record.
+        internal::Undo unlock([&] {
+            runtime_->api().memory_unlock(host_address);
+            std::lock_guard<std::mutex> guard(mutex_);
+            locked_bytes_ -= size;
+        });
         {
             std::lock_guard<std::mutex> guard(mutex_);
             locks_.emplace(address, Lock{size, agent_pointer});
         }
+        unlock.dismiss();
         ImportedBuffer buffer;
         buffer.host_address = host_address;
         buffer.size = size;
@@ -181,6 +181,8 @@ public:
         buffer.imported = true;
         return buffer;
     }
+
+public:
 
     // Formatting a message can throw bad_alloc, which a noexcept release must not let out:
     // status_nothrow turns it into out_of_memory. Nothing after the erase throws but the

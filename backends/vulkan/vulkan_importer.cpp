@@ -188,6 +188,11 @@ std::string VulkanImporter::check_host_import(const VulkanImporterParams& params
         return fmt::format("'{}' reports minImportedHostPointerAlignment {}, not a power of two",
                            facts_.device_name, min_alignment);
     alignment_ = std::max<std::uint64_t>(min_alignment, host_page_size());
+    // Never handed to the driver: lavapipe would accept it, a real driver would not, and the
+    // spec makes it invalid usage (VUID-VkImportMemoryHostPointerInfoEXT-pHostPointer-01733,
+    // VUID-VkMemoryAllocateInfo-allocationSize-01745).
+    alignment_note_ = fmt::format("max of minImportedHostPointerAlignment {} and the page size {}",
+                                  min_alignment, host_page_size());
     return {};
 }
 
@@ -251,6 +256,7 @@ std::string VulkanImporter::set_import_limit() {
     // Aligned down so the planner never cuts an extent whose size is not a multiple of alignment
     // (NVIDIA-style limits such as 0xffffffff are not).
     max_import_size_ = align_down(max_import_size_, alignment_);
+    max_import_note_ = fmt::format("the device's {} on '{}'", max_import_limit_, facts_.device_name);
     if (max_import_size_ == 0)
         return fmt::format("'{}': {} is smaller than the import alignment {}", facts_.device_name,
                            max_import_limit_, alignment_);
@@ -278,7 +284,7 @@ VulkanImporter::~VulkanImporter() {
         fns_.destroy_command_pool(params_.device, command_pool_, nullptr);
 }
 
-ImporterCaps VulkanImporter::caps() const {
+ImporterCaps VulkanImporter::caps() const noexcept {
     ImporterCaps caps;
     // False: the driver known to pin host pointers for write (RADV, through libdrm's
     // amdgpu_create_bo_from_user_mem) refuses file pages whatever their protection, which the
@@ -290,10 +296,12 @@ ImporterCaps VulkanImporter::caps() const {
     caps.is_cpu = false;
     caps.survives_read_only_reprotect = survives_read_only_reprotect_;
     caps.refuses_file_pages = refuses_file_pages_;
-    caps.file_pages_note = file_pages_note_;
     caps.device_memory = device_memory_.memory;
-    caps.device_memory_note = device_memory_.note;
     return caps;
+}
+
+ImporterNotes VulkanImporter::notes() const noexcept {
+    return {file_pages_note_, device_memory_.note, alignment_note_, max_import_note_};
 }
 
 Availability VulkanImporter::available() const {
@@ -309,33 +317,6 @@ Status VulkanImporter::check_usable(std::string_view what) const {
     if (Availability a = available(); !a.available)
         return make_error(ErrorKind::unsupported,
                           fmt::format("vulkan {}: importer not available: {}", what, a.reason));
-    return {};
-}
-
-Status VulkanImporter::check_extent(std::string_view what, const void* host_address,
-                                    std::uint64_t size) const {
-    const auto address = reinterpret_cast<std::uintptr_t>(host_address);
-    if (host_address == nullptr || size == 0)
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("vulkan {}: null address or zero size ({} +{:#x})", what,
-                                      host_address, size));
-    // Never handed to the driver: lavapipe would accept it, a real driver would not, and the
-    // spec makes it invalid usage (VUID-VkImportMemoryHostPointerInfoEXT-pHostPointer-01733,
-    // VUID-VkMemoryAllocateInfo-allocationSize-01745).
-    if (address % alignment_ != 0 || size % alignment_ != 0)
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("vulkan {}: {} +{:#x} is not aligned to {} bytes "
-                                      "(max of minImportedHostPointerAlignment {} and the page "
-                                      "size {})",
-                                      what, host_address, size, alignment_,
-                                      facts_.min_imported_host_pointer_alignment,
-                                      host_page_size()));
-    if (size > max_import_size_)
-        return make_error(ErrorKind::limit,
-                          fmt::format("vulkan {}: {} bytes is over the device's {} of {} bytes on "
-                                      "'{}'",
-                                      what, size, max_import_limit_, max_import_size_,
-                                      facts_.device_name));
     return {};
 }
 
@@ -392,9 +373,8 @@ Result<VkBuffer> VulkanImporter::create_buffer(std::uint64_t size, VkBufferUsage
     return buffer;
 }
 
-Result<ImportedBuffer> VulkanImporter::import(void* host_address, std::uint64_t size) {
+Result<ImportedBuffer> VulkanImporter::import_checked(void* host_address, std::uint64_t size) {
     if (Status s = check_usable("import"); !s) return std::move(s).error();
-    if (Status s = check_extent("import", host_address, size); !s) return std::move(s).error();
     if (Status s = check_file_pages(host_address, size); !s) return std::move(s).error();
     const std::string where = fmt::format("{} +{:#x}", host_address, size);
 

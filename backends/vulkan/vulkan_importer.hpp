@@ -18,6 +18,7 @@
 #include "vulkan_device_memory.hpp"
 
 #include "weightmap/backends/vulkan.hpp"
+#include "internal/undo.hpp"
 #include "weightmap/importer.hpp"
 
 namespace wm::vulkan {
@@ -30,22 +31,7 @@ std::uint64_t handle_to_u64(Handle handle) noexcept {
         return static_cast<std::uint64_t>(handle);
 }
 
-/// Runs `f` on scope exit unless dismissed: unwinds partial work on every failure path.
-template <class F>
-class Undo {
-public:
-    explicit Undo(F f) : f_(std::move(f)) {}
-    ~Undo() {
-        if (armed_) f_();
-    }
-    Undo(const Undo&) = delete;
-    Undo& operator=(const Undo&) = delete;
-    void dismiss() noexcept { armed_ = false; }
-
-private:
-    F f_;
-    bool armed_ = true;
-};
+using internal::Undo; // runs a release on scope exit unless dismissed
 
 /// Device-level entry points, all resolved through the engine's vkGetDeviceProcAddr.
 struct DeviceFns {
@@ -107,9 +93,9 @@ public:
     VulkanImporter& operator=(const VulkanImporter&) = delete;
 
     std::string_view name() const noexcept override { return "vulkan"; }
-    ImporterCaps caps() const override; // copies file_pages_note_, so it may allocate
+    ImporterCaps caps() const noexcept override;
+    ImporterNotes notes() const noexcept override;
     Availability available() const override;
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override;
     Status release(const ImportedBuffer& buffer) noexcept override;
     Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
                      void* dst) override;
@@ -117,6 +103,9 @@ public:
     Status free_copy(const ImportedBuffer& buffer) noexcept override;
 
     Result<VulkanImporterFacts> facts() const;
+
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override;
 
 private:
     // What the importer made: keyed by the VkDeviceMemory handle.
@@ -161,7 +150,6 @@ private:
     Status check_file_pages(const void* host_address, std::uint64_t size) const;
 
     Status check_usable(std::string_view what) const;
-    Status check_extent(std::string_view what, const void* host_address, std::uint64_t size) const;
     // Turns a failed VkResult into an Error naming the call, and remembers a lost device.
     Error vk_error(VkResult result, std::string_view call, std::string_view detail);
     int choose_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags preferred) const;
@@ -220,6 +208,7 @@ private:
     std::uint64_t alignment_ = 0;
     std::uint64_t max_import_size_ = 0;
     std::string max_import_limit_; // which limit max_import_size_ comes from, for messages
+    std::string alignment_note_, max_import_note_; // notes(): where alignment_ and the limit come from
     bool survives_read_only_reprotect_ = false;
     std::string driver_name_; // VkPhysicalDeviceDriverProperties::driverName; empty if unknown
     bool refuses_file_pages_ = false; // set once the probe saw the driver refuse file pages

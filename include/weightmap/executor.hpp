@@ -52,7 +52,9 @@ struct TensorLocation {
 /// One live import of a placement and what it serves: an engine wraps one device buffer around
 /// each (ggml: one buffer per import, the tensors at buffer base + offset_in_buffer).
 struct PlacedImport {
-    const ImportedBuffer* buffer = nullptr; ///< owned by the Placement; never null
+    /// Owned by the Placement; null only for an index out of range (then every index below is
+    /// no_index and `tensors` is empty).
+    const ImportedBuffer* buffer = nullptr;
     std::uint32_t target = 0;        ///< index into ModelDesc::targets
     std::uint32_t file = 0;          ///< index into ModelDesc::files
     std::uint32_t region = 0;        ///< index into plan().regions
@@ -84,7 +86,9 @@ public:
     /// Live imports (non-CPU and CPU alike); 0 after release_all().
     std::size_t import_count() const noexcept;
     /// Live import `index` (< import_count()), in order of import: (target, file) region order,
-    /// runs in file order. The buffer pointer is the one locate() returns for its tensors.
+    /// runs in file order. The buffer pointer is the one locate() returns for its tensors. An
+    /// index >= import_count() (a caller's mistake, in release builds too) gives a PlacedImport
+    /// whose buffer is null and whose indices are no_index.
     PlacedImport import_at(std::size_t index) const noexcept;
     /// Releases everything now; idempotent. Release failures are logged, never retried.
     void release_all() noexcept;

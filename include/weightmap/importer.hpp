@@ -16,7 +16,8 @@
 
 namespace wm {
 
-/// What an importer needs and can do. Plain data; copy freely.
+/// What an importer needs and can do. Plain data (trivially copyable; the notes that explain it
+/// are ImporterNotes); copy freely.
 struct ImporterCaps {
     /// The import needs PROT_WRITE pages (HSA locks read-write: a PROT_READ mapping fails with a
     /// bare HSA_STATUS_ERROR). Only non-CPU importers may set it; it is what makes the mapping
@@ -46,18 +47,32 @@ struct ImporterCaps {
     /// through libdrm's amdgpu_create_bo_from_user_mem, which always passes
     /// AMDGPU_GEM_USERPTR_ANONONLY, and the kernel returns -EPERM for any VMA with a backing file
     /// (memfd and shmem included). The planner then makes every region of such an importer a
-    /// fallback, with file_pages_note as the reason. (False by default, so that a zeroed C
-    /// struct means the defaults.)
+    /// fallback, with ImporterNotes::file_pages as the reason. (False by default, so that a zeroed
+    /// C struct means the defaults.)
     bool refuses_file_pages = false;
-    /// Why refuses_file_pages is set: the driver and what its probe returned. Empty otherwise.
-    std::string file_pages_note;
     /// How the device reaches imported memory (import_policy.hpp): what decides, under the
     /// default ImportPolicy::unified_only, whether the target imports at all. Unknown by
     /// default, which falls back: an importer must say unified for its imports to be planned.
     DeviceMemory device_memory = DeviceMemory::unknown;
-    /// What device_memory was read from, for messages: "VkPhysicalDeviceType INTEGRATED_GPU",
+};
+
+/// The explanations behind some caps, for messages. Views of NUL-terminated strings the importer
+/// owns, valid for the importer's lifetime (never longer: copy them to keep them). A later call may
+/// return another note (the CUDA importer's method can switch), never change one handed out.
+/// Why apart from ImporterCaps: caps are plain data read on every import, and reading them must
+/// neither allocate nor race with another thread's read (the C API hands out these pointers).
+struct ImporterNotes {
+    /// Why refuses_file_pages is set: the driver and what its probe returned. Empty otherwise.
+    std::string_view file_pages{};
+    /// What device_memory was read from: "VkPhysicalDeviceType INTEGRATED_GPU",
     /// "HSA_AGENT_INFO_PROFILE BASE, SVM_DIRECT_HOST_ACCESS false". May be empty.
-    std::string device_memory_note;
+    std::string_view device_memory{};
+    /// Where alignment comes from ("max of minImportedHostPointerAlignment 4096 and the page
+    /// size 4096"); import() adds it to a refusal. May be empty.
+    std::string_view alignment{};
+    /// Where max_import_size comes from ("the device's maxMemoryAllocationSize on 'llvmpipe'");
+    /// import() adds it to a refusal. May be empty.
+    std::string_view max_import_size{};
 };
 
 /// Whether an importer can be used on this machine, and why not.
@@ -88,16 +103,22 @@ public:
 
     /// Short stable name: "cpu", "vulkan", "hsa", "cuda", or a test's own.
     virtual std::string_view name() const noexcept = 0;
-    /// May allocate (file_pages_note), so it is not noexcept; implementations may be.
-    virtual ImporterCaps caps() const = 0;
+    /// Plain data: allocates nothing, and may be read from several threads at once.
+    virtual ImporterCaps caps() const noexcept = 0;
+    /// Why the caps are what they are. Owned by the importer, fixed for its lifetime. Default:
+    /// both empty.
+    virtual ImporterNotes notes() const noexcept;
     /// Cheap after the first call. When false, reason says what is missing.
     virtual Availability available() const = 0;
 
-    /// Imports [host_address, host_address + size). Preconditions checked by callers: both are
-    /// multiples of caps().alignment, size > 0 and <= max_import_size when that is set. On
-    /// failure returns an error whose message is the backend's own reason (status string,
-    /// VkResult name); nothing stays imported.
-    virtual Result<ImportedBuffer> import(void* host_address, std::uint64_t size) = 0;
+    /// Imports [host_address, host_address + size). Checks the preconditions here, once, for
+    /// every backend: host_address not null, size > 0, both multiples of caps().alignment, the
+    /// range not wrapping the address space (ErrorKind::invalid_argument), size <=
+    /// max_import_size when that is set (ErrorKind::limit); then calls import_checked(). Out of
+    /// memory is ErrorKind::out_of_memory, with nothing imported. On
+    /// failure the error's message is the backend's own reason (status string, VkResult name);
+    /// nothing stays imported.
+    Result<ImportedBuffer> import(void* host_address, std::uint64_t size);
 
     /// Releases a buffer returned by import(). A failure is reported (for the log) but the
     /// buffer must not be released twice either way.
@@ -120,6 +141,11 @@ public:
 
     /// Frees a buffer from allocate_copy(). Default: `unsupported`.
     virtual Status free_copy(const ImportedBuffer& buffer) noexcept;
+
+protected:
+    /// import() after its precondition checks passed: the backend's own work. It may throw
+    /// std::bad_alloc (import() reports out_of_memory) only with nothing left imported.
+    virtual Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) = 0;
 };
 
 } // namespace wm

@@ -27,6 +27,10 @@ struct TargetDesc {
     ImporterCaps caps;         ///< of the importer that serves this target
     /// When this target imports; nullopt: PlanOptions::import_policy.
     std::optional<ImportPolicy> import_policy = std::nullopt;
+    /// The importer's ImporterNotes, copied (a ModelDesc may outlive its importers): the
+    /// planner's reasons quote them. Empty when unknown.
+    std::string file_pages_note{};
+    std::string device_memory_note{};
 };
 
 /// One weight tensor as the engine placed it.
@@ -45,7 +49,7 @@ struct ModelDesc {
     std::vector<TensorDesc> tensors;
 };
 
-/// A target served by `importer` (its caps and name as key).
+/// A target served by `importer` (its caps, notes and name as key).
 WM_API TargetDesc target_for(std::string name, const Importer& importer);
 
 } // namespace wm

@@ -28,6 +28,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weightmap/export.h"
@@ -98,8 +99,10 @@ WM_API ImportPolicy effective_import_policy(const TargetDesc& target,
                                             const PlanOptions& options) noexcept;
 
 /// Why a target served by an importer of `caps` may not import under `policy` (empty when it
-/// may): the reason its regions fall back with. CPU targets always may.
-WM_API std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy);
+/// may): the reason its regions fall back with, quoting `device_memory_note` (ImporterNotes,
+/// TargetDesc) when it is not empty. CPU targets always may.
+WM_API std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
+                                         std::string_view device_memory_note = {});
 
 enum class Decision { import, fallback };
 WM_API const char* to_string(Decision decision) noexcept;
@@ -180,7 +183,10 @@ struct Plan {
 WM_API Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options = {});
 
 /// Recomputes plan.totals from its regions and placements (after the executor turned some
-/// imports into fallbacks, say).
+/// imports into fallbacks, say). Defined for any input: a tensor, region or target index out of
+/// range (an edited plan, a plan of another model) counts as not imported, a target out of
+/// range as the CPU (not counted); plan.tensors shorter than model.tensors leaves the rest
+/// counted as fallbacks.
 WM_API PlanTotals compute_totals(const ModelDesc& model, const Plan& plan);
 
 /// The host page size (sysconf), cached.

@@ -138,8 +138,10 @@ typedef struct wm_importer_caps {
      * AMDGPU_GEM_USERPTR_ANONONLY): every region of the importer falls back with
      * file_pages_note as the reason. Default false. */
     bool refuses_file_pages;
-    /* Why refuses_file_pages is set; "" or NULL otherwise. Copied when passed in; from
-     * wm_importer_get_caps owned by the importer, valid until its next get_caps or destroy. */
+    /* Why refuses_file_pages is set; "" or NULL otherwise. Copied when passed in (a custom
+     * importer's caps callback: once, at wm_importer_create_custom); from wm_importer_get_caps
+     * never NULL, owned by the importer and valid until it is destroyed (any thread may call
+     * get_caps meanwhile). */
     const char* file_pages_note;
     /* How the device reaches imported memory; default WM_DEVICE_MEMORY_UNKNOWN, which the
      * default policy does not import: an engine importer says UNIFIED for an integrated GPU
@@ -179,7 +181,9 @@ typedef struct wm_importer_vtable {
      * key: targets sharing an importer never get imports that share a page. */
     const char* name;
     /* Fills `caps`, which arrives holding the defaults (and the library's struct_size): set the
-     * fields you know. Required; called whenever the planner or executor needs the caps. */
+     * fields you know. Required; called whenever the planner or executor needs the caps, and
+     * once by wm_importer_create_custom, which copies the two notes and keeps them for the
+     * importer's lifetime (later calls' notes are not read: the notes are fixed). */
     void (*caps)(void* user, wm_importer_caps* caps);
     /* Optional (NULL: always available). Returns false with a reason when it cannot import. */
     bool (*available)(void* user, char* reason, size_t reason_size);
@@ -232,7 +236,7 @@ WM_API void wm_importer_destroy(wm_importer* importer);
 WM_API const char* wm_importer_name(const wm_importer* importer);
 WM_API wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out);
 /* Whether it can import now. `reason` (may be NULL) receives "" or why not; the string is owned
- * by the importer and valid until the next wm_importer_available on it or its destruction. */
+ * by the importer and valid until its destruction (other threads' calls do not overwrite it). */
 WM_API bool wm_importer_available(wm_importer* importer, const char** reason);
 /* Copies `size` bytes at `offset` of `buffer` (one of this importer's imports) as the device
  * sees them into `dst`: for verification. WM_ERROR_UNSUPPORTED where the importer cannot. */

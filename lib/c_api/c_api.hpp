@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -25,10 +26,17 @@
 
 struct wm_importer {
     std::unique_ptr<wm::Importer> importer;
-    std::mutex availability_mutex; // guards availability_reason
-    std::string availability_reason;
-    std::mutex caps_mutex; // guards caps: the last wm_importer_get_caps answer, whose note the
-    wm::ImporterCaps caps; // caller's wm_importer_caps points to
+    /// `reason` as a string that lives as long as the handle: wm_importer_available hands out
+    /// pointers that another thread's call must not overwrite. One copy per distinct reason
+    /// (an importer has few: unavailable, device lost).
+    const char* keep_reason(std::string reason) {
+        std::lock_guard<std::mutex> lock(reasons_mutex);
+        return reasons.insert(std::move(reason)).first->c_str();
+    }
+
+private:
+    std::mutex reasons_mutex; // guards reasons
+    std::set<std::string> reasons; // nodes never move or go while the handle lives
 };
 
 struct wm_model {
@@ -169,8 +177,9 @@ wm_status write_out(T* out, T value, const char* function, const char* what) {
     return WM_OK;
 }
 
-ImporterCaps caps_from_c(const wm_importer_caps& caps);
-wm_importer_caps caps_to_c(const ImporterCaps& caps);
+ImporterCaps caps_from_c(const wm_importer_caps& caps) noexcept;
+/// C caps whose notes point into `notes` (NUL-terminated, ImporterNotes says), or "" when empty.
+wm_importer_caps caps_to_c(const ImporterCaps& caps, const ImporterNotes& notes = {}) noexcept;
 ImportedBuffer buffer_from_c(const wm_imported_buffer& buffer);
 wm_imported_buffer buffer_to_c(const ImportedBuffer& buffer);
 /// A std::function sink over a C log callback (empty when `log` is NULL).

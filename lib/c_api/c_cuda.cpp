@@ -20,13 +20,16 @@ wm::CudaImporterParams params_from_c(const wm_cuda_importer_params& in) {
     return params;
 }
 
+// Written no further than the caller's struct_size: an older, shorter struct ends earlier.
 void report_to_c(const wm::CudaPinReport& report, wm_cuda_pin_report& out) {
-    out.ranges = report.ranges;
-    out.bytes = report.bytes;
-    out.tensors = report.tensors;
-    out.refused_ranges = report.refused_ranges;
-    std::snprintf(out.first_refusal, sizeof out.first_refusal, "%s",
+    wm_cuda_pin_report full{};
+    full.ranges = report.ranges;
+    full.bytes = report.bytes;
+    full.tensors = report.tensors;
+    full.refused_ranges = report.refused_ranges;
+    std::snprintf(full.first_refusal, sizeof full.first_refusal, "%s",
                   report.first_refusal.c_str());
+    write_struct(&out, full);
 }
 
 } // namespace
@@ -48,7 +51,9 @@ wm_status wm_importer_create_cuda(const wm_cuda_importer_params* params, wm_impo
         if (params != nullptr && bad_struct_size(params, fn, "params", status)) return status;
         wm_cuda_importer_params defaults;
         wm_cuda_importer_params_init(&defaults);
-        auto made = wm::make_cuda_importer(params_from_c(params != nullptr ? *params : defaults));
+        // No further than the caller's struct_size: the fields past it keep their defaults.
+        auto made = wm::make_cuda_importer(
+            params_from_c(params != nullptr ? read_struct(*params, defaults) : defaults));
         if (!made) return fail(fn, made.error());
         return hand_out(std::move(made).value(), out);
     });

@@ -17,7 +17,7 @@ DeviceMemory device_memory_from_c(const wm_device_memory& memory) noexcept {
                                               : DeviceMemory::unknown;
 }
 
-ImporterCaps caps_from_c(const wm_importer_caps& caps) {
+ImporterCaps caps_from_c(const wm_importer_caps& caps) noexcept {
     ImporterCaps out;
     out.needs_writable_mapping = caps.needs_writable_mapping;
     out.alignment = caps.alignment;
@@ -25,14 +25,19 @@ ImporterCaps caps_from_c(const wm_importer_caps& caps) {
     out.is_cpu = caps.is_cpu;
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
     out.refuses_file_pages = caps.refuses_file_pages;
-    if (caps.file_pages_note != nullptr) out.file_pages_note = caps.file_pages_note;
     out.device_memory = device_memory_from_c(caps.device_memory);
-    if (caps.device_memory_note != nullptr) out.device_memory_note = caps.device_memory_note;
     out.tensor_alignment = caps.tensor_alignment;
     return out;
 }
 
-wm_importer_caps caps_to_c(const ImporterCaps& caps) {
+namespace {
+// A note as C sees it: never NULL, so caps of an importer without notes need no check.
+const char* note_to_c(std::string_view note) noexcept {
+    return note.empty() ? "" : note.data();
+}
+} // namespace
+
+wm_importer_caps caps_to_c(const ImporterCaps& caps, const ImporterNotes& notes) noexcept {
     wm_importer_caps out{};
     out.struct_size = sizeof out;
     out.needs_writable_mapping = caps.needs_writable_mapping;
@@ -41,11 +46,9 @@ wm_importer_caps caps_to_c(const ImporterCaps& caps) {
     out.is_cpu = caps.is_cpu;
     out.survives_read_only_reprotect = caps.survives_read_only_reprotect;
     out.refuses_file_pages = caps.refuses_file_pages;
-    // An empty note is the literal "", so caps of a temporary never leave a dangling pointer.
-    out.file_pages_note = caps.file_pages_note.empty() ? "" : caps.file_pages_note.c_str();
+    out.file_pages_note = note_to_c(notes.file_pages);
     out.device_memory = static_cast<wm_device_memory>(caps.device_memory);
-    out.device_memory_note =
-        caps.device_memory_note.empty() ? "" : caps.device_memory_note.c_str();
+    out.device_memory_note = note_to_c(notes.device_memory);
     out.tensor_alignment = caps.tensor_alignment;
     return out;
 }
@@ -80,18 +83,23 @@ std::string reason_text(std::vector<char>& reason, const std::string& otherwise)
 // An importer the engine supplies as a table of C function pointers.
 class VtableImporter final : public Importer {
 public:
+    // The notes are read once, here, and kept: caps() must not allocate, and the C API hands
+    // out pointers to them that stay valid as long as the importer.
     VtableImporter(const wm_importer_vtable& vtable, void* user)
-        : vtable_(vtable), user_(user), name_(vtable.name) {}
+        : vtable_(vtable), user_(user), name_(vtable.name) {
+        const wm_importer_caps caps = read_caps();
+        file_pages_note_ = caps.file_pages_note != nullptr ? caps.file_pages_note : "";
+        device_memory_note_ = caps.device_memory_note != nullptr ? caps.device_memory_note : "";
+    }
     ~VtableImporter() override {
         if (vtable_.destroy != nullptr) vtable_.destroy(user_);
     }
 
     std::string_view name() const noexcept override { return name_; }
 
-    ImporterCaps caps() const override {
-        wm_importer_caps caps = caps_to_c(ImporterCaps{});
-        vtable_.caps(user_, &caps);
-        return caps_from_c(caps);
+    ImporterCaps caps() const noexcept override { return caps_from_c(read_caps()); }
+    ImporterNotes notes() const noexcept override {
+        return {file_pages_note_, device_memory_note_, {}, {}};
     }
 
     Availability available() const override {
@@ -101,7 +109,8 @@ public:
         return {false, reason_text(reason, name_ + " says it is unavailable (no reason given)")};
     }
 
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
         wm_imported_buffer out{};
         out.imported = true;
         std::vector<char> reason(reason_capacity, '\0');
@@ -114,6 +123,7 @@ public:
         return buffer_from_c(out);
     }
 
+public:
     Status release(const ImportedBuffer& buffer) noexcept override {
         const wm_imported_buffer c_buffer = buffer_to_c(buffer);
         const wm_status status = callback_status(raw_enum(vtable_.release(user_, &c_buffer)));
@@ -133,9 +143,16 @@ public:
     }
 
 private:
+    wm_importer_caps read_caps() const noexcept {
+        wm_importer_caps caps = caps_to_c(ImporterCaps{});
+        vtable_.caps(user_, &caps);
+        return caps;
+    }
+
     wm_importer_vtable vtable_;
     void* user_;
     std::string name_;
+    std::string file_pages_note_, device_memory_note_; // the caps callback's, at creation
 };
 
 
@@ -187,7 +204,12 @@ wm_status wm_importer_create_custom(const wm_importer_vtable* vtable, void* user
         if (missing != nullptr)
             return fail(WM_ERROR_INVALID_ARGUMENT,
                         std::string(fn) + ": vtable->" + missing + " is required");
-        return hand_out(std::make_unique<VtableImporter>(table, user), out);
+        // The handle first: once the VtableImporter exists, its destructor runs the engine's
+        // destroy, which a creation that reports failure (out of memory) must not do.
+        auto handle = std::make_unique<wm_importer>();
+        handle->importer = std::make_unique<VtableImporter>(table, user);
+        *out = handle.release();
+        return WM_OK;
     });
 }
 
@@ -244,9 +266,8 @@ wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out) {
     return guarded(fn, [&] {
         wm_status status = WM_OK;
         if (null_arg(importer, fn, "importer", status)) return status;
-        std::lock_guard<std::mutex> lock(importer->caps_mutex);
-        importer->caps = importer->importer->caps(); // owns the note the C caps point to
-        return write_out(out, caps_to_c(importer->caps), fn, "out");
+        const wm::Importer& cpp = *importer->importer;
+        return write_out(out, caps_to_c(cpp.caps(), cpp.notes()), fn, "out");
     });
 }
 
@@ -258,9 +279,7 @@ bool wm_importer_available(wm_importer* importer, const char** reason) {
     }
     try {
         wm::Availability availability = importer->importer->available();
-        std::lock_guard<std::mutex> lock(importer->availability_mutex);
-        importer->availability_reason = std::move(availability.reason);
-        if (reason != nullptr) *reason = importer->availability_reason.c_str();
+        if (reason != nullptr) *reason = importer->keep_reason(std::move(availability.reason));
         return availability.available;
     } catch (...) {
         fail(WM_ERROR_OUT_OF_MEMORY, "wm_importer_available: out of memory");

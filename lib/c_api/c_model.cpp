@@ -117,6 +117,8 @@ wm_status wm_model_add_target_caps(wm_model* model, const char* name, const char
                         std::string(fn) + ": caps->device_memory " + std::to_string(memory) +
                             " is not a wm_device_memory (0 unknown, 1 unified, 2 discrete)");
         target.caps = caps_from_c(c);
+        target.file_pages_note = or_empty(c.file_pages_note);
+        target.device_memory_note = or_empty(c.device_memory_note);
         model->desc.targets.push_back(std::move(target));
         put_index(index, model->desc.targets.size() - 1);
         return WM_OK;

@@ -43,6 +43,8 @@ Status MemorySource::read(std::uint64_t offset, std::byte* dst, std::size_t n) c
 }
 
 Result<FileSource> FileSource::open(const std::string& path) {
+    // Copied before the open: a copy that threw bad_alloc after it would leak the descriptor.
+    std::string owned = path;
     // O_NONBLOCK: opening a FIFO named like a model must not hang the reader.
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
@@ -58,7 +60,7 @@ Result<FileSource> FileSource::open(const std::string& path) {
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("{}: not a regular file", path));
     }
-    return FileSource(fd, static_cast<std::uint64_t>(st.st_size), path);
+    return FileSource(fd, static_cast<std::uint64_t>(st.st_size), std::move(owned));
 }
 
 FileSource::FileSource(FileSource&& other) noexcept

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "formats/readers.hpp"
+#include "internal/nothrow.hpp"
 #include "internal/align.hpp"
 
 namespace wm {
@@ -477,10 +478,9 @@ Result<ParsedFile> parse_gguf_file(const Source& source, std::string path, std::
     return GgufParser(source, std::move(path), size, limits).parse();
 }
 
-} // namespace formats
+namespace {
 
-Result<ModelInfo> read_gguf(Span<const std::string> paths, const ReadLimits& limits) {
-    using namespace formats;
+Result<ModelInfo> read_gguf_files(Span<const std::string> paths, const ReadLimits& limits) {
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no GGUF file given");
     if (paths.size() > limits.max_files)
         return make_error(ErrorKind::limit, fmt::format("{} files, over the limit of {}",
@@ -507,6 +507,14 @@ Result<ModelInfo> read_gguf(Span<const std::string> paths, const ReadLimits& lim
     }
     if (Status s = order_shards(files); !s) return std::move(s).error();
     return assemble(std::move(files));
+}
+
+} // namespace
+} // namespace formats
+
+// bad_alloc (a header's counts are bounded by ReadLimits, not by the memory left) is an error.
+Result<ModelInfo> read_gguf(Span<const std::string> paths, const ReadLimits& limits) {
+    return internal::result_nothrow([&] { return formats::read_gguf_files(paths, limits); });
 }
 
 Result<ModelInfo> parse_gguf(Span<const std::byte> head, std::uint64_t file_size,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "formats/readers.hpp"
+#include "internal/nothrow.hpp"
 
 namespace wm {
 namespace formats {
@@ -19,10 +20,12 @@ Result<ParsedFile> parse_path(const std::string& path, const ReadLimits& limits,
     return parse(*source, path, source->size(), limits);
 }
 
-Result<ModelInfo> parse_memory(Span<const std::byte> head, std::uint64_t file_size,
-                               std::string_view path, const ReadLimits& limits,
-                               Result<ParsedFile> (*parse)(const Source&, std::string,
-                                                           std::uint64_t, const ReadLimits&)) {
+namespace {
+
+Result<ModelInfo> parse_one(Span<const std::byte> head, std::uint64_t file_size,
+                            std::string_view path, const ReadLimits& limits,
+                            Result<ParsedFile> (*parse)(const Source&, std::string,
+                                                        std::uint64_t, const ReadLimits&)) {
     if (file_size < head.size())
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("{}: file size {} is smaller than the {} bytes given", path,
@@ -33,6 +36,18 @@ Result<ModelInfo> parse_memory(Span<const std::byte> head, std::uint64_t file_si
     std::vector<ParsedFile> files;
     files.push_back(std::move(parsed).value());
     return assemble(std::move(files));
+}
+
+} // namespace
+
+// bad_alloc is an error: no exception crosses the API (formats.hpp).
+Result<ModelInfo> parse_memory(Span<const std::byte> head, std::uint64_t file_size,
+                               std::string_view path, const ReadLimits& limits,
+                               Result<ParsedFile> (*parse)(const Source&, std::string,
+                                                           std::uint64_t, const ReadLimits&)) {
+    return internal::result_nothrow([&]() -> Result<ModelInfo> {
+        return parse_one(head, file_size, path, limits, parse);
+    });
 }
 
 Result<ModelInfo> assemble(std::vector<ParsedFile> files) {
@@ -86,9 +101,8 @@ Result<Detected> detect(const std::string& path) {
                                              source->size(), n == 0 ? " nothing" : shown));
 }
 
-} // namespace
-
-Result<ModelInfo> read_model(Span<const std::string> paths, const ReadLimits& limits) {
+// Every model file has one format, detected from its start.
+Result<ModelInfo> detect_and_read(Span<const std::string> paths, const ReadLimits& limits) {
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no model file given");
     std::vector<Detected> kinds;
     for (const std::string& p : paths) {
@@ -108,6 +122,12 @@ Result<ModelInfo> read_model(Span<const std::string> paths, const ReadLimits& li
     }
     if (kinds[0] == Detected::gguf) return read_gguf(paths, limits);
     return read_safetensors(paths, limits);
+}
+
+} // namespace
+
+Result<ModelInfo> read_model(Span<const std::string> paths, const ReadLimits& limits) {
+    return internal::result_nothrow([&] { return detect_and_read(paths, limits); });
 }
 
 } // namespace wm

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/readers.hpp"
+#include "internal/nothrow.hpp"
 
 namespace wm {
 namespace formats {
@@ -345,8 +347,9 @@ bool run_sax(std::string_view text, Sax& sax) {
     try {
         return json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
                                /*strict=*/true, /*ignore_comments=*/false);
+    } catch (const std::bad_alloc&) {
+        throw; // read_safetensors reports it as out_of_memory, not as a malformed header
     } catch (const std::exception& e) {
-        // Only allocation failure can get here; report it like any other refusal.
         if (!sax.error) sax.error = fmt::format("JSON parser failed: {}", e.what());
         return false;
     }
@@ -556,11 +559,8 @@ Result<ModelInfo> read_index(const std::string& index_path, const ReadLimits& li
     return assemble(std::move(files));
 }
 
-} // namespace
-} // namespace formats
 
-Result<ModelInfo> read_safetensors(Span<const std::string> paths, const ReadLimits& limits) {
-    using namespace formats;
+Result<ModelInfo> read_safetensors_files(Span<const std::string> paths, const ReadLimits& limits) {
     if (paths.empty()) return make_error(ErrorKind::invalid_argument, "no safetensors file given");
     if (paths.size() > limits.max_files)
         return make_error(ErrorKind::limit, fmt::format("{} files, over the limit of {}",
@@ -584,6 +584,15 @@ Result<ModelInfo> read_safetensors(Span<const std::string> paths, const ReadLimi
         files.push_back(std::move(f).value());
     }
     return assemble(std::move(files));
+}
+
+} // namespace
+} // namespace formats
+
+// bad_alloc, in the index's path and the single files' alike, is an error.
+Result<ModelInfo> read_safetensors(Span<const std::string> paths, const ReadLimits& limits) {
+    return internal::result_nothrow(
+        [&] { return formats::read_safetensors_files(paths, limits); });
 }
 
 Result<ModelInfo> parse_safetensors(Span<const std::byte> head, std::uint64_t file_size,

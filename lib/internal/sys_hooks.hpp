@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The system calls the mapping layer makes, behind a table so fault-injection tests can fail the
-// N-th mmap/mlock/mprotect and prove nothing is left mapped, locked or open. Internal only.
+// The system calls the mapping layer and populate make, behind a table so fault-injection tests
+// can fail the N-th mmap/mlock/mprotect and prove nothing is left mapped, locked or open, and can
+// answer madvise(MADV_POPULATE_READ) as a kernel before 5.14 does (EINVAL). Internal only.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@ struct SysCalls {
     int (*unlock)(const void* addr, std::size_t length);
     int (*protect)(void* addr, std::size_t length, int prot);
     int (*advise)(void* addr, std::size_t length, int advice);
+    ssize_t (*read_at)(int fd, void* buffer, std::size_t count, off_t offset); // pread
 };
 
 /// The table in force (libc's unless a test replaced it).

@@ -223,7 +223,8 @@ bool skipped_for_file_pages(const Subject& s, int case_number, Importer& importe
     CHECK_FALSE(r.ok());
     if (r.ok()) CHECK(importer.release(r.value()).ok());
     record_skip(s.name, case_number,
-                "the device refuses imports of file pages: " + caps.file_pages_note);
+                "the device refuses imports of file pages: " +
+                    std::string(importer.notes().file_pages));
     return true;
 }
 
@@ -706,21 +707,22 @@ TEST_CASE("conformance 7: every importer reports its name, capabilities and avai
         CHECK((caps.tensor_alignment & (caps.tensor_alignment - 1)) == 0); // 0, 1 or 2^k
         CHECK(caps.is_cpu == s.expect_cpu);
         if (caps.is_cpu) CHECK_FALSE(caps.needs_writable_mapping); // importer.hpp: only non-CPU
-        if (!caps.refuses_file_pages) CHECK(caps.file_pages_note.empty());
-        else CHECK_FALSE(caps.file_pages_note.empty());
+        const ImporterNotes notes = importer.notes();
+        if (!caps.refuses_file_pages) CHECK(notes.file_pages.empty());
+        else CHECK_FALSE(notes.file_pages.empty());
         // How the device reaches imported memory decides whether the default policy imports at
         // all: every importer must report it, say what it read it from, and not change its mind.
         INFO("device_memory " << to_string(caps.device_memory) << " ("
-                              << caps.device_memory_note << ")");
+                              << notes.device_memory << ")");
         CHECK(caps.device_memory == s.expect_memory);
-        CHECK_FALSE(caps.device_memory_note.empty());
+        CHECK_FALSE(notes.device_memory.empty());
         if (caps.is_cpu) CHECK(caps.device_memory == DeviceMemory::unified);
         const ImporterCaps again = importer.caps();
         CHECK(again.alignment == caps.alignment);
         CHECK(again.is_cpu == caps.is_cpu);
         CHECK(again.needs_writable_mapping == caps.needs_writable_mapping);
         CHECK(again.device_memory == caps.device_memory);
-        CHECK(again.device_memory_note == caps.device_memory_note);
+        CHECK(importer.notes().device_memory == notes.device_memory);
 
         Instance second = s.make();
         REQUIRE(second.importer != nullptr);
@@ -743,14 +745,9 @@ class RefuseNth final : public Importer {
 public:
     RefuseNth(Importer& inner, int refuse_at) : inner_(inner), refuse_at_(refuse_at) {}
     std::string_view name() const noexcept override { return inner_.name(); }
-    ImporterCaps caps() const override { return inner_.caps(); }
+    ImporterCaps caps() const noexcept override { return inner_.caps(); }
+    ImporterNotes notes() const noexcept override { return inner_.notes(); }
     Availability available() const override { return inner_.available(); }
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override {
-        if (++calls == refuse_at_)
-            return make_error(ErrorKind::import_failed,
-                              "conformance: refused import #" + std::to_string(calls));
-        return inner_.import(host_address, size);
-    }
     Status release(const ImportedBuffer& buffer) noexcept override {
         return inner_.release(buffer);
     }
@@ -759,6 +756,14 @@ public:
         return inner_.read_back(buffer, offset, size, dst);
     }
     int calls = 0;
+
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
+        if (++calls == refuse_at_)
+            return make_error(ErrorKind::import_failed,
+                              "conformance: refused import #" + std::to_string(calls));
+        return inner_.import(host_address, size);
+    }
 
 private:
     Importer& inner_;

@@ -253,7 +253,7 @@ TEST_CASE("every device model places the plan by its method and reads back as it
             Executed e(params, ImportPolicy::always);
             auto state = cuda_importer_state(*e.cuda);
             REQUIRE(state.ok());
-            INFO(e.cuda->caps().device_memory_note);
+            INFO(e.cuda->notes().device_memory);
             CHECK(state->method == c.method);
             CHECK(state->registrations == c.registrations);
             CHECK(fake.live_registrations() == static_cast<long>(c.registrations));

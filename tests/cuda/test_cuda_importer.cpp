@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda_fixture.hpp"
+#include "support/alloc_fault.hpp"
 #include "support/capture_log.hpp"
 #include "weightmap/log.hpp"
 
@@ -51,7 +52,7 @@ TEST_CASE("an integrated device is available, unified, and imports without a wri
         CHECK(caps.max_import_size == 0);
         CHECK_FALSE(caps.is_cpu);
         CHECK(caps.device_memory == DeviceMemory::unified);
-        CHECK(caps.device_memory_note ==
+        CHECK(cuda->notes().device_memory ==
               "Orin: CU_DEVICE_ATTRIBUTE_INTEGRATED 1; import method register");
         // Asking costs no context: the primary context is retained on the first import.
         CHECK(fake.primary_ctx_refcount(0) == 0);
@@ -69,9 +70,10 @@ TEST_CASE("device memory comes from INTEGRATED and PAGEABLE_MEMORY_ACCESS_USES_H
           "[cuda]") {
     FakeCuda& fake = FakeCuda::fresh();
     fake.set_device_model(0, Model::coherent);
-    const ImporterCaps coherent = fake_cuda_importer()->caps();
+    auto coherent_importer = fake_cuda_importer();
+    const ImporterCaps coherent = coherent_importer->caps();
     CHECK(coherent.device_memory == DeviceMemory::unified);
-    CHECK_THAT(coherent.device_memory_note,
+    CHECK_THAT(std::string(coherent_importer->notes().device_memory),
                Catch::StartsWith("NVIDIA GH200 480GB: CU_DEVICE_ATTRIBUTE_INTEGRATED 0") &&
                    Catch::EndsWith("PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1; import "
                                    "method direct"));
@@ -100,7 +102,7 @@ TEST_CASE("device memory comes from INTEGRATED and PAGEABLE_MEMORY_ACCESS_USES_H
     auto overridden = fake_cuda_importer(told);
     CHECK(overridden->available().available);
     CHECK(overridden->caps().device_memory == DeviceMemory::unified);
-    CHECK_THAT(overridden->caps().device_memory_note,
+    CHECK_THAT(std::string(overridden->notes().device_memory),
                Catch::StartsWith("CudaImporterParams::device_memory; the driver says discrete"));
 }
 
@@ -378,4 +380,21 @@ TEST_CASE("imports and releases from several threads at once", "[cuda]") {
     CHECK(fake.calls("cuMemHostRegister_v2") == threads * rounds);
     CHECK(fake.live_registrations() == 0);
     CHECK(fake.primary_ctx_refcount(0) == 1); // retained once, whichever thread came first
+}
+
+TEST_CASE("an import or copy whose record runs out of memory is undone, and says out of memory",
+          "[cuda]") {
+    FakeCuda& fake = FakeCuda::fresh();
+    auto cuda = fake_cuda_importer();
+    MappedPatternFile f(4);
+    const std::uint64_t faults = wm::test::check_import_out_of_memory(
+        *cuda, f.page(0), 2 * page, [&] { return fake.live_registrations(); });
+    CHECK(faults >= 1);
+
+    wm::test::fail_each_allocation(
+        [&] {
+            auto copy = cuda->allocate_copy(f.page(0), page);
+            if (copy) (void)cuda->free_copy(copy.value());
+        },
+        [&] { CHECK(fake.live_allocations() == 0); });
 }

@@ -48,11 +48,11 @@ TEST_CASE("GH200 and GB10 import directly: the host pointer, nothing registered"
         FakeCuda& fake = FakeCuda::fresh();
         fake.set_device_model(0, model);
         auto cuda = fake_cuda_importer();
-        INFO(cuda->caps().device_memory_note);
+        INFO(cuda->notes().device_memory);
         REQUIRE(cuda->available().available);
         CHECK(state_of(*cuda).method == CudaImportMethod::direct);
         CHECK_FALSE(cuda->caps().needs_writable_mapping); // the mapping stays PROT_READ
-        CHECK_THAT(cuda->caps().device_memory_note, Catch::EndsWith("; import method direct"));
+        CHECK_THAT(std::string(cuda->notes().device_memory), Catch::EndsWith("; import method direct"));
         MappedPatternFile f(8);
         auto imported = cuda->import(f.page(1), 4 * page);
         REQUIRE(imported.ok());
@@ -158,7 +158,7 @@ TEST_CASE("B300: no READ_ONLY, so a writable mapping registers and a read-only o
     auto cuda = fake_cuda_importer(discrete_opt_in());
     CHECK(state_of(*cuda).method == CudaImportMethod::register_host);
     CHECK(cuda->caps().needs_writable_mapping);
-    CHECK_THAT(cuda->caps().device_memory_note,
+    CHECK_THAT(std::string(cuda->notes().device_memory),
                Catch::Contains("import method register (no READ_ONLY_HOST_REGISTER_SUPPORTED: "
                                "the files are opened O_RDWR"));
     MappedPatternFile read_only(2), writable(2, true);

@@ -99,7 +99,7 @@ int main() {
     const wm::ImporterCaps caps = made.value()->caps();
     std::printf("available=%d reason='%s' device_memory=%s (%s) needs_writable_mapping=%d\n",
                 availability.available, availability.reason.c_str(),
-                wm::to_string(caps.device_memory), caps.device_memory_note.c_str(),
+                wm::to_string(caps.device_memory), std::string(made.value()->notes().device_memory).c_str(),
                 caps.needs_writable_mapping);
     if (caps.device_memory == wm::DeviceMemory::discrete && !availability.available) {
         check(availability.reason.find("discrete GPU") != std::string::npos,

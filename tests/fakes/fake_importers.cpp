@@ -13,7 +13,7 @@ namespace wm::test {
 FakeImporter::FakeImporter(std::string name, ImporterCaps caps)
     : name_(std::move(name)), caps_(caps) {}
 
-Result<ImportedBuffer> FakeImporter::import(void* host_address, std::uint64_t size) {
+Result<ImportedBuffer> FakeImporter::import_checked(void* host_address, std::uint64_t size) {
     std::lock_guard lock(mutex_);
     ++import_calls_;
     imports_.push_back({host_address, size});
@@ -25,31 +25,40 @@ Result<ImportedBuffer> FakeImporter::import(void* host_address, std::uint64_t si
         return make_error(ErrorKind::import_failed, "HSA_STATUS_ERROR (unaligned)");
     if (reject_read_only && !range_is_writable(host_address, size))
         return make_error(ErrorKind::import_failed, "HSA_STATUS_ERROR (pages not writable)");
-    ++live_;
     ImportedBuffer buffer;
     buffer.host_address = static_cast<std::byte*>(host_address) + misalign_result_by;
     buffer.size = size;
     buffer.device_address = buffer.host_address;
-    outstanding_.insert({buffer.host_address, buffer.size});
+    outstanding_.insert({buffer.host_address, buffer.size}); // may throw: before it counts
+    ++live_;
     return buffer;
 }
 
-Status FakeImporter::release(const ImportedBuffer& buffer) noexcept {
-    std::lock_guard lock(mutex_);
-    ++release_calls_;
-    releases_.push_back({buffer.host_address, buffer.size});
-    // Like a real importer: a buffer it did not hand out (or already took back) is refused.
-    auto it = outstanding_.find({buffer.host_address, buffer.size});
-    if (it == outstanding_.end())
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("{}: release of {} +{} that is not a live import", name_,
-                                      buffer.host_address, buffer.size));
-    outstanding_.erase(it);
-    --live_;
-    if (fail_release_at != 0 && release_calls_ == fail_release_at)
-        return make_error(ErrorKind::import_failed,
-                          fmt::format("injected failure at release #{}", release_calls_));
-    return {};
+// Records first what cannot throw, so that a release under an allocation fault
+// (support/alloc_fault.hpp) still takes the buffer back, as a real importer's does.
+Status FakeImporter::release(const ImportedBuffer& buffer) noexcept try {
+    {
+        std::lock_guard lock(mutex_);
+        ++release_calls_;
+        // Like a real importer: a buffer it did not hand out (or already took back) is refused.
+        auto it = outstanding_.find({buffer.host_address, buffer.size});
+        const bool live = it != outstanding_.end();
+        if (live) {
+            outstanding_.erase(it);
+            --live_;
+        }
+        releases_.push_back({buffer.host_address, buffer.size});
+        if (!live)
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("{}: release of {} +{} that is not a live import",
+                                          name_, buffer.host_address, buffer.size));
+        if (fail_release_at != 0 && release_calls_ == fail_release_at)
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("injected failure at release #{}", release_calls_));
+        return {};
+    }
+} catch (...) {
+    return Error{ErrorKind::out_of_memory, "out of memory"};
 }
 
 std::vector<FakeImporter::Call> FakeImporter::imports() const {
@@ -89,7 +98,6 @@ ImporterCaps device_caps(std::uint64_t alignment, bool needs_writable) {
     caps.alignment = alignment;
     caps.needs_writable_mapping = needs_writable;
     caps.device_memory = DeviceMemory::unified;
-    caps.device_memory_note = "a test's fake, unified by construction";
     return caps;
 }
 

@@ -18,7 +18,6 @@ namespace wm::test {
 inline ImporterCaps unified_caps() {
     ImporterCaps caps;
     caps.device_memory = DeviceMemory::unified;
-    caps.device_memory_note = "a test's fake, unified by construction";
     return caps;
 }
 
@@ -36,8 +35,10 @@ public:
 
     std::string_view name() const noexcept override { return name_; }
     ImporterCaps caps() const noexcept override { return caps_; }
+    ImporterNotes notes() const noexcept override {
+        return {file_pages_note_, device_memory_note_, {}, {}};
+    }
     Availability available() const override { return availability_; }
-    Result<ImportedBuffer> import(void* host_address, std::uint64_t size) override;
     Status release(const ImportedBuffer& buffer) noexcept override;
 
     // --- behaviour switches -------------------------------------------------------------
@@ -54,16 +55,25 @@ public:
     std::uint64_t misalign_result_by = 0;
     void set_unavailable(std::string reason) { availability_ = {false, std::move(reason)}; }
     /// What caps() reports from now on (a device that changed its answer after planning).
-    void set_caps(ImporterCaps caps) { caps_ = std::move(caps); }
+    void set_caps(ImporterCaps caps) { caps_ = caps; }
+    /// What notes() reports; set before the importer is shared with other threads.
+    void set_notes(std::string file_pages, std::string device_memory) {
+        file_pages_note_ = std::move(file_pages);
+        device_memory_note_ = std::move(device_memory);
+    }
 
     // --- what happened ------------------------------------------------------------------
     std::vector<Call> imports() const;
     std::vector<Call> releases() const;
     std::int64_t live_imports() const;
 
+protected:
+    Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override;
+
 private:
     std::string name_;
     ImporterCaps caps_;
+    std::string file_pages_note_, device_memory_note_ = "a test's fake, unified by construction";
     Availability availability_{true, {}};
     mutable std::mutex mutex_;
     std::vector<Call> imports_, releases_;

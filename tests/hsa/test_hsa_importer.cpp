@@ -14,6 +14,7 @@
 #include <hsa/hsa.h>
 
 #include "hsa/fake_hsa.hpp"
+#include "support/alloc_fault.hpp"
 #include "support/capture_log.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/backends/hsa.hpp"
@@ -73,9 +74,9 @@ TEST_CASE("device memory comes from the agents' profile and memory properties", 
     for (const Case& c : cases) {
         INFO(c.note);
         fake.set_memory_model(c.model);
-        const ImporterCaps caps = fake.importer()->caps();
-        CHECK(caps.device_memory == c.expect);
-        CHECK_THAT(caps.device_memory_note, Catch::Contains(c.note));
+        auto importer = fake.importer();
+        CHECK(importer->caps().device_memory == c.expect);
+        CHECK_THAT(std::string(importer->notes().device_memory), Catch::Contains(c.note));
     }
     // Two discrete agents locked together are discrete; the engine's word overrides the
     // runtime's when it knows better (ROCm 5.2 on an APU).
@@ -85,9 +86,9 @@ TEST_CASE("device memory comes from the agents' profile and memory properties", 
     fake.set_memory_model(Memory::rocm52_base);
     HsaImporterParams params;
     params.device_memory = DeviceMemory::unified;
-    const ImporterCaps told = fake.importer(params)->caps();
-    CHECK(told.device_memory == DeviceMemory::unified);
-    CHECK_THAT(told.device_memory_note,
+    auto told = fake.importer(params);
+    CHECK(told->caps().device_memory == DeviceMemory::unified);
+    CHECK_THAT(std::string(told->notes().device_memory),
                Catch::StartsWith("HsaImporterParams::device_memory; the runtime says unknown"));
 }
 
@@ -432,4 +433,14 @@ TEST_CASE("imports and releases from several threads, and the budget holds under
     CHECK(worst <= 3 * page);
     CHECK(fake.live_locks() == 0);
     CHECK(fake.lock_calls() == fake.unlock_calls());
+}
+
+TEST_CASE("an import whose record runs out of memory is unlocked, and says out of memory",
+          "[hsa]") {
+    FakeHsa& fake = FakeHsa::fresh();
+    auto hsa = fake.importer();
+    WritableFile f;
+    const std::uint64_t faults = wm::test::check_import_out_of_memory(
+        *hsa, f.map.base(), 4 * page, [&] { return fake.live_locks(); });
+    CHECK(faults >= 1);
 }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -60,6 +61,15 @@ std::uint64_t hash_file(const std::string& path) {
     }
     close(fd);
     return h;
+}
+
+std::size_t open_fds() {
+    std::size_t n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+        while (readdir(d) != nullptr) ++n;
+        closedir(d);
+    }
+    return n;
 }
 
 } // namespace wm::test

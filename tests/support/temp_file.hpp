@@ -55,4 +55,7 @@ private:
 /// FNV-1a 64 of a whole file, read with read(2) (not through a mapping).
 std::uint64_t hash_file(const std::string& path);
 
+/// The process's open file descriptors (entries of /proc/self/fd), to prove none leaked.
+std::size_t open_fds();
+
 } // namespace wm::test

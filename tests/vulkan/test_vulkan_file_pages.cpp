@@ -151,7 +151,7 @@ TEST_CASE("on lavapipe the file-page probe imports one page and leaves nothing b
     if (dev->is_lavapipe()) {
         // Measured: lavapipe imports file-backed pages (it records the pointer, pins nothing).
         CHECK_FALSE(caps.refuses_file_pages);
-        CHECK(caps.file_pages_note.empty());
+        CHECK(importer.notes().file_pages.empty());
         CHECK(allocations[0].result == VK_SUCCESS);
         REQUIRE(frees.size() == 1);
         CHECK(frees[0].handle == allocations[0].handle);
@@ -160,7 +160,7 @@ TEST_CASE("on lavapipe the file-page probe imports one page and leaves nothing b
     } else {
         // Another driver answers for itself; its caps must agree with what it answered.
         CHECK(caps.refuses_file_pages == (allocations[0].result != VK_SUCCESS));
-        CHECK(caps.file_pages_note.empty() == !caps.refuses_file_pages);
+        CHECK(importer.notes().file_pages.empty() == !caps.refuses_file_pages);
     }
 }
 
@@ -177,9 +177,9 @@ TEST_CASE("the default importer probes file pages too, and keeps no probe mappin
     CHECK_FALSE(probe_mapped());
     if (facts->driver_id == VK_DRIVER_ID_MESA_LLVMPIPE) {
         CHECK_FALSE(importer.caps().refuses_file_pages);
-        CHECK(importer.caps().file_pages_note.empty());
+        CHECK(importer.notes().file_pages.empty());
     } else {
-        CHECK(importer.caps().file_pages_note.empty() == !importer.caps().refuses_file_pages);
+        CHECK(importer.notes().file_pages.empty() == !importer.caps().refuses_file_pages);
     }
 }
 
@@ -208,15 +208,16 @@ TEST_CASE("a driver that refuses file pages: caps say so with the driver and the
         // Not broken: file pages just cannot be imported.
         CHECK(importer->available().available);
         const ImporterCaps caps = importer->caps();
+        const std::string note(importer->notes().file_pages);
         CHECK(caps.refuses_file_pages);
-        CHECK_THAT(caps.file_pages_note,
+        CHECK_THAT(note,
                    Catch::Contains("refuses host-pointer imports of file-backed pages: ") &&
                        Catch::Contains(c.says) &&
                        Catch::Contains("(probe of a " + std::to_string(caps.alignment) +
                                        "-byte memfd mapping)") &&
                        Catch::Contains("'" + dev->device_name + "'"));
         if (dev->is_lavapipe())
-            CHECK_THAT(caps.file_pages_note,
+            CHECK_THAT(note,
                        Catch::StartsWith("llvmpipe (VK_DRIVER_ID_MESA_LLVMPIPE) on 'llvmpipe"));
         CHECK(recorder::live_objects() == live_before);
         CHECK(open_fds() == fds_before);
@@ -237,7 +238,7 @@ TEST_CASE("after a refused probe, import() refuses file pages without a driver c
     Result<ImportedBuffer> refused = importer->import(mapped.files()[0].base, MiB);
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().kind == ErrorKind::unsupported);
-    CHECK_THAT(refused.error().message, Catch::Contains(caps.file_pages_note));
+    CHECK_THAT(refused.error().message, Catch::Contains(std::string(importer->notes().file_pages)));
     CHECK(recorder::calls().empty());
 
     // Anonymous pages are what such a driver does import: they still reach it.
@@ -257,7 +258,7 @@ TEST_CASE("a device lost during the probe makes the importer unavailable, not fi
     CHECK_FALSE(a.available);
     CHECK_THAT(a.reason, Catch::Contains("VK_ERROR_DEVICE_LOST"));
     CHECK_FALSE(importer->caps().refuses_file_pages);
-    CHECK(importer->caps().file_pages_note.empty());
+    CHECK(importer->notes().file_pages.empty());
     CHECK(recorder::live_objects() == live_before);
 }
 
@@ -267,7 +268,7 @@ TEST_CASE("every region of a target that refuses file pages falls back with the 
     auto dev = VkTestDevice::create_or_skip();
     std::unique_ptr<Importer> importer = refusing_importer(
         *dev, DriverCall::Kind::allocate_memory, VK_ERROR_INVALID_EXTERNAL_HANDLE);
-    const std::string note = importer->caps().file_pages_note;
+    const std::string note(importer->notes().file_pages);
     REQUIRE_FALSE(note.empty());
 
     TempFile file_a(2 * MiB), file_b(2 * MiB);

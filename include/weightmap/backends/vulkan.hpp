@@ -30,7 +30,7 @@
 //   * whether the driver imports file-backed pages at all: a one-page memfd probe when the
 //     importer is made. RADV refuses them whatever their protection (libdrm passes
 //     AMDGPU_GEM_USERPTR_ANONONLY); then caps().refuses_file_pages is set with the driver and
-//     the VkResult in caps().file_pages_note, and every region falls back with that reason.
+//     the VkResult in notes().file_pages, and every region falls back with that reason.
 // caps().needs_writable_mapping is false: the one driver known to pin host pointers for write
 // refuses file pages anyway, so a writable mapping would gain nothing and would let a stray device
 // write reach the model file.
