@@ -252,6 +252,17 @@ run_corrupt() { # LOG MODEL ARM FLAGS...
   echo "$rc"
 }
 
+# True when the check program EXE must be built: missing, or older than its SOURCE, libllama or
+# the installed libweightmap (a new soversion leaves an old binary unable to start).
+stale() { # EXE SOURCE
+  local dep
+  [[ -x $1 ]] || return 0
+  for dep in "$2" "$bin/libllama.so" "$(find "$dest" -name 'libweightmap.so.*' -print -quit)"; do
+    [[ $dep -nt $1 ]] && return 0
+  done
+  return 1
+}
+
 # One check's summary line: NAME, pass or fail, then KEY=VALUE details.
 check_line() { # NAME PASS DETAILS...
   local name=$1 pass=$2; shift 2
@@ -308,7 +319,7 @@ check_truncated_after_planning() { # MODEL
 # model left after a free, RSS back.
 check_reload() { # MODEL
   local exe=$out/reload_check log=$out/run/reload rc=0 pass=pass
-  if [[ ! -x $exe || $here/reload_check.cpp -nt $exe ]]; then
+  if stale "$exe" "$here/reload_check.cpp"; then
     g++ -std=c++17 -O2 -Wall -Wextra -Werror -I"$out/src/include" -I"$out/src/ggml/include" "$here/reload_check.cpp" \
       -o "$exe" -L"$bin" -lllama -lggml -lggml-base -Wl,-rpath,"$bin" || { check_line reload fail "does not build"; return; }
   fi
@@ -386,7 +397,7 @@ split_sync_ggml() { # CASE
   local case=$1 runs=${SPLIT_SYNC_RUNS:-1000} exe=$out/split_sync_check log=$out/run/ggml-$1 rule r
   local replay_bin=$libwm_build/bench/bench_split_sync
   declare -A wrong=() us=() syncs=() hazards=() oracle=()
-  if [[ ! -x $exe || $here/split_sync_check.cpp -nt $exe ]]; then
+  if stale "$exe" "$here/split_sync_check.cpp"; then
     # llama-split-sync.cpp as the test build compiles it (its =none rule), with libllama's logger
     # shellcheck disable=SC2046
     g++ -std=c++17 -O2 -Wall -Wextra -Werror -DLLAMA_USE_WEIGHTMAP -DLLAMA_WEIGHTMAP_TESTING -I"$out/src/ggml/include" -I"$out/src/ggml/src" \
