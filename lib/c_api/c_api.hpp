@@ -184,5 +184,7 @@ ImportedBuffer buffer_from_c(const wm_imported_buffer& buffer);
 wm_imported_buffer buffer_to_c(const ImportedBuffer& buffer);
 /// A std::function sink over a C log callback (empty when `log` is NULL).
 LogCallback log_from_c(wm_log_fn log, void* user);
+/// The caller's `count` file mappings (wm_execute, wm_populate_imports, wm_cuda_pin_fallbacks).
+std::vector<MappedFile> files_from_c(const wm_mapped_file* files, uint32_t count);
 
 } // namespace wm::c_api

@@ -50,6 +50,14 @@ ErrorKind kind_of(wm_status status) noexcept {
     return ErrorKind::import_failed;
 }
 
+std::vector<MappedFile> files_from_c(const wm_mapped_file* files, uint32_t count) {
+    std::vector<MappedFile> mapped;
+    mapped.reserve(count);
+    for (uint32_t f = 0; f < count; ++f)
+        mapped.push_back({static_cast<std::byte*>(files[f].base), files[f].length});
+    return mapped;
+}
+
 LogCallback log_from_c(wm_log_fn log, void* user) {
     if (log == nullptr) return {};
     return [log, user](LogLevel level, std::string_view message) {

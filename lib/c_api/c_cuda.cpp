@@ -70,9 +70,7 @@ wm_status wm_cuda_pin_fallbacks(wm_importer* cuda, wm_placement* placement, cons
             (file_count != 0 && null_arg(files, fn, "files", status)))
             return status;
         if (out != nullptr && bad_struct_size(out, fn, "out", status)) return status;
-        std::vector<wm::MappedFile> mapped;
-        for (uint32_t f = 0; f < file_count; ++f)
-            mapped.push_back({static_cast<std::byte*>(files[f].base), files[f].length});
+        const std::vector<wm::MappedFile> mapped = files_from_c(files, file_count);
         auto report = wm::cuda_pin_fallbacks(*cuda->importer, placement->placement, model->desc,
                                              mapped, target);
         if (!report) return fail(fn, report.error());

@@ -66,9 +66,7 @@ wm_status wm_execute(const wm_model* model, const wm_plan* plan, const wm_mapped
         wm::ExecuteOptions execute_options;
         if (status = execute_options_from_c(options, execute_options); status != WM_OK)
             return status;
-        std::vector<wm::MappedFile> mapped;
-        for (uint32_t f = 0; f < file_count; ++f)
-            mapped.push_back({static_cast<std::byte*>(files[f].base), files[f].length});
+        const std::vector<wm::MappedFile> mapped = files_from_c(files, file_count);
         std::vector<wm::Importer*> by_target;
         for (uint32_t t = 0; t < importer_count; ++t)
             by_target.push_back(importers[t] == nullptr ? nullptr : importers[t]->importer.get());

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: MIT
 // wm_populate_imports: populate.hpp's populate_imports for C callers.
-#include <cstring>
-
 #include "c_api.hpp"
 #include "weightmap/populate.hpp"
 
@@ -33,9 +31,7 @@ extern "C" wm_status wm_populate_imports(const wm_model* model, const wm_plan* p
                         std::string(fn) + ": " + std::to_string(file_count) +
                             " files given for a model of " +
                             std::to_string(model->desc.files.size()));
-        std::vector<wm::MappedFile> mapped;
-        for (uint32_t f = 0; f < file_count; ++f)
-            mapped.push_back({static_cast<std::byte*>(files[f].base), files[f].length});
+        const std::vector<wm::MappedFile> mapped = files_from_c(files, file_count);
         auto done = wm::populate_imports(model->desc, *plan->plan, mapped);
         if (!done) return fail(fn, done.error());
         if (report != nullptr)
