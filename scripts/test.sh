@@ -75,7 +75,7 @@ count_llama() {
       pass = / tokens_identical=yes( |$)/ && !/ check=fail( |$)/
       if (/ case=refused-all /)
         pass = pass && num("peak_rss_mib_import") > 0 && num("peak_rss_mib_import") <= 1.05 * num("peak_rss_mib_copy")
-      else if (/ case=(refused-real|no-mmap|dio) /)
+      else if (/ case=(refused-real|no-mmap|dio|fit-refused) /)
         pass = pass && / check=pass( |$)/
       else
         pass = pass && num("imported_fraction") >= 0.99
@@ -96,7 +96,8 @@ count_llama() {
     /^llama.cpp speed / { if (/ tokens_identical=yes( |$)/ && num("tg_ratio_vs_copy") > 0) ok++; else bad++ }
     /^split_sync case=/ {
       if (/ tokens_identical=yes( |$)/ && num("replay_hazards_helper") == 0 && num("oracle_hazards_helper") == 0 && num("syncs_helper") >= 0 &&
-          num("drains_helper") >= 0 && num("syncs_helper") + num("drains_helper") <= num("syncs_upstream")) ok++; else bad++
+          num("drains_helper") >= 0 && num("syncs_helper") + num("drains_helper") <= num("syncs_upstream") &&
+          (num("syncs_upstream") == 0 || num("oracle_hazards_norule") > 0)) ok++; else bad++
     }
     /^split_sync ggml case=/ {
       pass = num("runs") >= 1000 && num("wrong_runs_upstream") == 0 && num("wrong_runs_helper") == 0 &&

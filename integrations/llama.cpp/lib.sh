@@ -28,6 +28,8 @@ make_models() { # BIN DIR
   "$bin/llama-gguf-split" --split --split-max-size 2M "$dir/llama-dense.gguf" "$dir/shards/llama-dense"
   "$bin/test-llama-archs" -a qwen3moe -s 42 -d 1.0 -o "$dir/arch"
   "$bin/test-llama-archs" -a gemma3 -s 42 -d 1.0 -o "$dir/arch"
+  # qwen35: Gated DeltaNet layers, whose recurrent state -nkvo keeps on the CPU (the scheduler case)
+  "$bin/test-llama-archs" -a '^qwen35$' -s 42 -d 1.0 -o "$dir/arch"
 }
 
 # field NAME of the weightmap log line in FILE (a number; nan without it); the copy arm's line
@@ -43,6 +45,8 @@ wm_field() {
   esac
   echo "${value:-nan}"
 }
+# Seconds from the start of the process to its last llama_context (fit, every load attempt, the weights)
+ready_seconds() { grep 'llama_context: constructing llama_context' "$1" | tail -n 1 | awk '{ split($1, t, "."); printf "%.2f", t[1] * 60 + t[2] + t[3] / 1e3 }'; }
 load_seconds() { sed -nE 's/.*load time = +([0-9.]+) ms.*/\1/p' "$1" | tail -n 1 | awk '{printf "%.3f", $1 / 1000}'; }
 # "offloaded N/M layers to GPU": N (layers) or M (all)
 layers() { sed -nE "s/.*offloaded ([0-9]+)\/([0-9]+) layers to GPU.*/\\$2/p" "$1" | tail -n 1; }
@@ -153,9 +157,14 @@ run_case() { # NAME MODEL EXTRA KIND
   # lavapipe compiles each new kernel once into the shader cache: not into either arm's load time
   generate "$out/run/$name.warm-up" "$bin/llama-completion" "$model" -- -n 1 "${extra[@]}"
   case $kind in
-    import)
+    import|two-devices)
       generate "$i" "$bin/llama-completion" "$model" -- "${extra[@]}"
       generate "$k" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_IMPORT=0 -- "${extra[@]}" ;;
+    fit-refused) # every import refused in the real load, after the memory fit counted it as host
+      # memory (the test build's hook), against a pristine upstream build's -fit, same flags
+      generate "$i" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+        LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=after-fit -- "${extra[@]}"
+      generate "$k" "$upstream_bin/llama-completion" "$model" LD_LIBRARY_PATH="$upstream_bin:$LD_LIBRARY_PATH" -- "${extra[@]}" ;;
     refused) # every import refused (the test build's hook), against a pristine upstream build's
       # default on this device, same flags
       generate "$i" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
@@ -205,12 +214,20 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
         ! grep -q 'mmap enabled' "$i.err" || check=fail ;;
     aside) grep -q 'weightmap: disabled' "$i.err" && [[ $(buffer_lines "$i.err") == "$(buffer_lines "$k.err")" &&
              $(load_mode "$i.err") == "$(load_mode "$k.err")" ]] || check=fail ;;
+    fit-refused) # the load stopped at the refusal, fit again and loaded at least upstream's layers
+      grep -q 'refused imports of .* that the memory fit counted' "$i.err" && grep -q 'fitting and loading again' "$i.err" &&
+        (($(layers "$i.err" 1) >= $(layers "$k.err" 1))) &&
+        awk -v a="$peak_i" -v b="$peak_k" 'BEGIN { exit !(a > 0 && b > 0 && a <= 1.05 * b) }' || check=fail ;;
+    two-devices) # the RPC device's tensors load exactly as without imports
+      [[ -n $(buffer_lines "$i.err" | grep RPC) && $(buffer_lines "$i.err" | grep -v Vulkan0) == "$(buffer_lines "$k.err" | grep -v Vulkan0)" ]] ||
+        check=fail ;;
   esac
-  summaries+=("llama.cpp case=$name tokens_identical=$same device_mib=$device imported_fraction=$fraction imports=$(wm_field imports "$i.err") layers_on_device_import=$(layers "$i.err" 1) layers_on_device_copy=$(layers "$k.err" 1) n_layers=$(layers "$i.err" 2) import_rss_anon_delta_mib=$(wm_field rss "$i.err") copy_rss_anon_delta_mib=$(wm_field rss "$k.err") peak_rss_mib_import=$peak_i peak_rss_mib_copy=$peak_k load_s_import=$(load_seconds "$i.err") load_s_copy=$(load_seconds "$k.err") check=$check")
+  summaries+=("llama.cpp case=$name tokens_identical=$same device_mib=$device imported_fraction=$fraction imports=$(wm_field imports "$i.err") layers_on_device_import=$(layers "$i.err" 1) layers_on_device_copy=$(layers "$k.err" 1) n_layers=$(layers "$i.err" 2) import_rss_anon_delta_mib=$(wm_field rss "$i.err") copy_rss_anon_delta_mib=$(wm_field rss "$k.err") peak_rss_mib_import=$peak_i peak_rss_mib_copy=$peak_k load_s_import=$(load_seconds "$i.err") load_s_copy=$(load_seconds "$k.err") ready_s_import=$(ready_seconds "$i.err") ready_s_copy=$(ready_seconds "$k.err") check=$check")
   [[ $same == yes ]] || fail "$name: the arms generated different tokens"
   case $kind in
-    import)
+    import|two-devices)
       awk -v f="$fraction" 'BEGIN { exit !(f >= 0.99) }' || fail "$name: the import arm copies more than 1 % of the device bytes"
+      [[ $check == pass ]] || fail "$name: the second device's tensors did not load as without imports"
       if [[ $name == dense-big && $(layers "$i.err" 1) != "$(layers "$i.err" 2)" ]]; then
         fail "$name: -fit offloaded $(layers "$i.err" 1) of $(layers "$i.err" 2) layers in the import arm (imported weights cost no device memory)"
       fi ;;
@@ -222,6 +239,9 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
       [[ $check == pass ]] || fail "$name: the driver's refusal was not logged, or the run still imported" ;;
     aside)
       [[ $check == pass ]] || fail "$name: the import did not step aside as upstream loads (buffers or load mode differ)" ;;
+    fit-refused)
+      [[ $check == pass ]] ||
+        fail "$name: a refusal after -fit did not fit again, left fewer layers on the device than upstream, or peaked > 5 % above it" ;;
     igpu)
       [[ $check == pass ]] || fail "$name: on an iGPU the CPU's tensors did not load as upstream loads them (load mode, buffers or a mmap warning)"
       awk -v f="$fraction" 'BEGIN { exit !(f >= 0.99) }' || fail "$name: the iGPU imported < 99 % of its device bytes" ;;
@@ -332,20 +352,31 @@ check_reload() { # MODEL
 
 # The scheduler's split ordering: helper vs upstream on llama.cpp's graphs, traced and replayed,
 # then the real-scheduler checks of split_sync_check.cpp.
-run_split_sync() { # MODELS_DIR
-  local c name model rest rpc_pid rpc=127.0.0.1:${SPLIT_SYNC_RPC_PORT:-50917}
-  # a third backend: the CPU of a ggml-rpc-server on loopback, next to Vulkan and the local CPU
-  "$bin/ggml-rpc-server" -H "${rpc%:*}" -p "${rpc#*:}" -d CPU -t 1 > "$out/logs/rpc-server.log" 2>&1 &
+# A ggml-rpc-server at HOST:PORT serving its CPU (a second device for llama.cpp), until stop_rpc_server.
+start_rpc_server() { # HOST:PORT
+  "$bin/ggml-rpc-server" -H "${1%:*}" -p "${1#*:}" -d CPU -t 1 >> "$out/logs/rpc-server.log" 2>&1 &
   rpc_pid=$!
-  for _ in $(seq 100); do (: < "/dev/tcp/${rpc%:*}/${rpc#*:}") 2> /dev/null && break; sleep 0.1; done
+  for _ in $(seq 100); do (: < "/dev/tcp/${1%:*}/${1#*:}") 2> /dev/null && break; sleep 0.1; done
+}
+stop_rpc_server() { kill "$rpc_pid" 2> /dev/null; wait "$rpc_pid" 2> /dev/null || true; }
+
+run_split_sync() { # MODELS_DIR
+  local c name model rest rpc=127.0.0.1:${RPC_PORT:-50917}
+  split_sync_upstream_max=0
+  # a third backend: the CPU of a ggml-rpc-server on loopback, next to Vulkan and the local CPU
+  start_rpc_server "$rpc"
   printf '\n%-22s %-9s %7s %7s %6s %6s %15s %15s\n' case rule graphs splits syncs drains replay_hazards replay_syncs
   for c in "dense-partial|$1/llama-dense.gguf|-ngl 1" "moe-experts-on-cpu|$1/llama-moe.gguf|-ot exps=CPU" \
            "qwen3moe-nkvo|$1/arch/qwen3moe-moe.gguf|-nkvo -ot exps=CPU" "gemma3-ngl2|$1/arch/gemma3-dense.gguf|-ngl 2" \
-           "dense-rpc-3-backends|$1/llama-dense.gguf|--rpc $rpc -ts 1,1"; do
+           "dense-rpc-3-backends|$1/llama-dense.gguf|--rpc $rpc -ts 1,1" "qwen35-nkvo|$1/arch/qwen35-dense.gguf|-ngl 99 -nkvo"; do
     IFS='|' read -r name model rest <<< "$c"
     split_sync_case "$name" "$model" "$rest"
   done
-  kill "$rpc_pid" 2> /dev/null; wait "$rpc_pid" 2> /dev/null || true
+  stop_rpc_server
+  # qwen35-nkvo: each layer's recurrent-state gather (GET_ROWS of the CPU's cache_r by the input
+  # rs_s_copy, written back in place) is a CPU split without inputs after the Vulkan split that
+  # read that state, so upstream's rule syncs once per graph
+  ((split_sync_upstream_max > 0)) || fail "split-sync: no llama.cpp case where upstream's rule syncs"
   split_sync_ggml race
   split_sync_ggml deferred
   split_sync_ggml inplace
@@ -361,9 +392,16 @@ split_sync_case() { # NAME MODEL FLAGS
   local -a extra
   read -r -a extra <<< "$3"
   declare -A syncs=() hazards=() drains=() splits=() oracle=()
-  for rule in helper upstream; do
+  for rule in helper upstream none; do
     log=$out/run/split-$name.$rule
     rm -f "$log.trace"
+    if [[ $rule == none ]]; then # no rule (the test build's =none): what the oracle sees unguarded
+      generate "$log" "$out/testing/llama-completion" "$model" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
+        LLAMA_WEIGHTMAP_SPLIT_SYNC=none LLAMA_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
+      "$replay_bin" --oracle "$log.trace" > "$log.oracle" 2>&1 || true
+      oracle[none]=$(field hazards "$(grep '^oracle ' "$log.oracle" || true)")
+      continue
+    fi
     generate "$log" "$bin/llama-completion" "$model" LLAMA_WEIGHTMAP_SPLIT_SYNC=$rule \
       LLAMA_WEIGHTMAP_SPLIT_SYNC_STATS=1 LLAMA_WEIGHTMAP_SPLIT_SYNC_TRACE="$log.trace" -- -fit off "${extra[@]}"
     stats=$(grep -m1 'split_sync: rule=' "$log.err" || true)
@@ -382,7 +420,12 @@ split_sync_case() { # NAME MODEL FLAGS
   done
   same=no
   same_tokens "$out/run/split-$name.helper" "$out/run/split-$name.upstream" && same=yes
-  summaries+=("split_sync case=$name splits=${splits[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} drains_helper=${drains[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?} oracle_hazards_upstream=${oracle[upstream]:-?} oracle_hazards_helper=${oracle[helper]:-?}")
+  ((${syncs[upstream]:-0} > split_sync_upstream_max)) && split_sync_upstream_max=${syncs[upstream]}
+  summaries+=("split_sync case=$name splits=${splits[helper]:-?} syncs_upstream=${syncs[upstream]:-?} syncs_helper=${syncs[helper]:-?} drains_helper=${drains[helper]:-?} tokens_identical=$same replay_hazards_upstream=${hazards[upstream]:-?} replay_hazards_helper=${hazards[helper]:-?} oracle_hazards_upstream=${oracle[upstream]:-?} oracle_hazards_helper=${oracle[helper]:-?} oracle_hazards_norule=${oracle[none]:-?}")
+  # where upstream's rule syncs, the sync is needed: without any rule the oracle sees the hazard
+  if ((${syncs[upstream]:-0} > 0)) && [[ ${oracle[none]:-0} == 0 ]]; then
+    fail "split-sync $name: upstream's rule synced but the oracle sees no hazard without a rule"
+  fi
   [[ ${oracle[helper]:-x} == 0 ]] || fail "split-sync $name: the oracle finds hazards under the helper ($(grep -m1 'first hazard' "$out/run/split-$name.helper.oracle" 2> /dev/null))"
   [[ $same == yes ]] || fail "split-sync $name: the rules generated different tokens"
   [[ ${hazards[helper]:-x} == 0 ]] || fail "split-sync $name: the helper's replay shows hazards"

@@ -136,8 +136,10 @@ summaries=()
 fail() { echo "run.sh: $*" >&2; status=1; }
 
 # case | model | extra flags | kind (import: must import >= 99 %; refused: every import refused;
-# stock: the build without LLAMA_WEIGHTMAP)
+# fit-refused: every import refused after -fit counted it; two-devices: Vulkan imports, the CPU of
+# a ggml-rpc-server on loopback copies)
 m=$out/models
+rpc=127.0.0.1:${RPC_PORT:-50917}
 all_cases=(
   "dense|$m/llama-dense.gguf||import"
   "moe-experts-on-cpu|$m/llama-moe.gguf|-ot exps=CPU|import"
@@ -153,14 +155,18 @@ all_cases=(
   "igpu-moe-experts-on-cpu|$m/llama-moe.gguf|-ot exps=CPU|igpu"
   "no-mmap|$m/llama-dense.gguf|-lm none|aside"
   "dio|$m/llama-dense.gguf|-lm dio|aside"
+  "fit-refused|$m/big/llama-dense.gguf|-n 8|fit-refused"
+  "two-devices-rpc|$m/llama-dense.gguf|--rpc $rpc -ts 1,3|two-devices"
 )
 selected=" ${CASES:-${all_cases[*]%%|*}} "
+start_rpc_server "$rpc"
 print_header
 for c in "${all_cases[@]}"; do
   IFS='|' read -r name model extra kind <<< "$c"
   [[ $selected == *" $name "* ]] || continue
   run_case "$name" "$model" "$extra" "$kind"
 done
+stop_rpc_server
 
 phase weight-cases
 # the series without any option is upstream: same decisions, buffers, tokens and peak RSS
