@@ -43,12 +43,9 @@ struct ImporterCaps {
     /// corrupting the model file.
     bool survives_read_only_reprotect = false;
     /// The device cannot import pages of a file mapping (the weights' page cache), as the
-    /// importer's own probe found before the planner counts on it: RADV imports host pointers
-    /// through libdrm's amdgpu_create_bo_from_user_mem, which always passes
-    /// AMDGPU_GEM_USERPTR_ANONONLY, and the kernel returns -EPERM for any VMA with a backing file
-    /// (memfd and shmem included). The planner then makes every region of such an importer a
-    /// fallback, with ImporterNotes::file_pages as the reason. (False by default, so that a zeroed
-    /// C struct means the defaults.)
+    /// importer's own probe found. The planner then makes every region of such an importer a
+    /// fallback, with ImporterNotes::file_pages as the reason (docs/vulkan.md, "Drivers": RADV).
+    /// False by default, so that a zeroed C struct means the defaults.
     bool refuses_file_pages = false;
     /// How the device reaches imported memory (import_policy.hpp): what decides, under the
     /// default ImportPolicy::unified_only, whether the target imports at all. Unknown by

@@ -2,7 +2,7 @@
 // mapping.hpp - mapping weight files safely: shared read-only by default, writable shared only
 // when an importer needs it, never private-writable, never left writable longer than needed.
 //
-// Why these rules (measured upstream, see README "Mapping policy"):
+// Why these rules (measured upstream, docs/mapping.md has the measurements):
 // * HSA locks pages read-write: hsa_amd_memory_lock of a PROT_READ mapping fails, so an HSA
 //   import needs PROT_READ|PROT_WRITE.
 // * It must be MAP_SHARED. MAP_POPULATE and mlock fault pages in with write intent, which breaks

@@ -134,9 +134,9 @@ typedef struct wm_importer_caps {
     bool is_cpu;
     /* An import stays valid after the mapping is re-protected PROT_READ. */
     bool survives_read_only_reprotect;
-    /* The device cannot import pages of a file mapping (its driver refuses them, as RADV does:
-     * AMDGPU_GEM_USERPTR_ANONONLY): every region of the importer falls back with
-     * file_pages_note as the reason. Default false. */
+    /* The device cannot import pages of a file mapping (its driver refuses them; docs/vulkan.md,
+     * "Drivers"): every region of the importer falls back with file_pages_note as the reason.
+     * Default false. */
     bool refuses_file_pages;
     /* Why refuses_file_pages is set; "" or NULL otherwise. Copied when passed in (a custom
      * importer's caps callback: once, at wm_importer_create_custom); from wm_importer_get_caps

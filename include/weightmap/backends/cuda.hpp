@@ -5,11 +5,10 @@
 // page-locked fallback ranges for the engine's own copies on a discrete GPU.
 //
 // Either way the page-cache pages of the model file become device memory in place: no second
-// copy (CudaImportMethod says which method a device gets, docs/cuda.md why). On a discrete
-// GPU (an H200 on PCIe) every kernel read of such a weight crosses the bus, which is why
-// llama.cpp PR #22120 imported only on integrated GPUs; there the importer is unavailable unless
-// the engine opts in, and cuda_pin_fallbacks() offers the other use: page-locked sources make
-// the engine's host-to-device copies DMA transfers (PR #26659). docs/cuda.md has the sources.
+// copy (CudaImportMethod says which method a device gets). On a discrete GPU every kernel read
+// of such a weight crosses the bus, so there the importer is unavailable unless the engine opts
+// in, and cuda_pin_fallbacks() offers the other use: page-locked sources make the engine's
+// host-to-device copies DMA transfers. docs/cuda.md has the devices, the reasons and the sources.
 //
 // No CUDA type or header is needed to include this: a context is its CUcontext pointer value.
 // The driver (libcuda.so.1) is loaded with dlopen when the importer is made, so one build runs
@@ -62,37 +61,23 @@ struct CudaImporterParams {
 };
 
 /// Makes a CUDA importer: loads the driver, calls cuInit(0), settles the device (the engine's
-/// context's, or device_ordinal's) and reads its attributes.
+/// context's, or device_ordinal's), reads its attributes and picks the import method from them
+/// (CudaImportMethod; cuda_importer_state() reports it). docs/cuda.md, "The three methods", has
+/// the attributes behind each method, the caps each declares and the driver calls each entry makes.
 ///
-/// The method (CudaImportMethod) comes from the device's attributes: direct where it reports
-/// PAGEABLE_MEMORY_ACCESS and ..._USES_HOST_PAGE_TABLES, register where it reports
-/// HOST_REGISTER_SUPPORTED and CAN_MAP_HOST_MEMORY, else unavailable; cuda_importer_state()
-/// reports it.
+/// Caps: alignment = the host page size, max_import_size = 0, is_cpu = false,
+/// survives_read_only_reprotect = false. needs_writable_mapping is true only where the device
+/// can map read-only pages neither through the host's page tables nor with
+/// CU_MEMHOSTREGISTER_READ_ONLY (then the mapping policy maps the files writable).
+/// device_memory: unified for an integrated device or one that reads through the host's page
+/// tables, discrete otherwise; its note names the attributes and ends "; import method <method>".
 ///
-/// Caps: alignment = the host page size (CUDA 4.x required page-aligned registrations; the
-/// planner aligns every extent anyway), max_import_size = 0, is_cpu = false,
-/// survives_read_only_reprotect = false (not documented either way). needs_writable_mapping is
-/// false for the direct method, and for register where the device reports
-/// CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (every import then passes
-/// CU_MEMHOSTREGISTER_READ_ONLY, which the Driver API requires to register pages the CPU maps
-/// read-only) or PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES (no flag needed); otherwise true,
-/// and the mapping policy maps the files writable. device_memory: unified for INTEGRATED or
-/// USES_HOST_PAGE_TABLES, discrete otherwise; the note names the attributes read and ends with
-/// "; import method <method>", followed, where the mapping must be writable, by what that means
-/// for the file.
-///
-/// import(address, size): both page-aligned (anything else is invalid_argument without a driver
-/// call). Direct: no driver call; device_address is the host address, and an import overlapping
-/// a live one is invalid_argument. Register: cuMemHostRegister(DEVICEMAP [| READ_ONLY]) then
-/// cuMemHostGetDevicePointer; device_address is the driver's device pointer (not necessarily the
-/// host address). A refusal is import_failed with the driver's error name and string; nothing
-/// stays registered; a CUDA_ERROR_NOT_SUPPORTED refusal on a device with
-/// PAGEABLE_MEMORY_ACCESS switches the importer to direct instead (one warning through the log).
-/// imported = true either way. release(): cuMemHostUnregister (direct: nothing), refusing a
-/// buffer this importer did not import without calling the driver. read_back(): cuMemcpyDtoH
-/// from the device pointer (direct: cuMemcpyDtoD into a device buffer first), so a check sees
-/// the bytes as the device reads them. allocate_copy()/free_copy(): cuMemAlloc +
-/// cuMemcpyHtoD / cuMemFree, the control arm.
+/// import(address, size): both page-aligned, else invalid_argument without a driver call; a
+/// direct import overlapping a live one is invalid_argument. device_address is the host address
+/// (direct) or the driver's device pointer (register). A refusal is import_failed with the
+/// driver's error name and string, and nothing stays registered. release() refuses a buffer
+/// this importer did not import, without calling the driver. read_back() returns the bytes as
+/// the device reads them; allocate_copy()/free_copy() are the control arm's device copy.
 ///
 /// Fails (invalid_argument) only for unusable params: a negative device_ordinal, or a context
 /// the driver refuses to make current. An absent or failing driver is not a failure: the
@@ -103,9 +88,9 @@ struct CudaImporterParams {
 /// Ownership and lifetime: the caller owns the importer; every buffer, copy and pin must be
 /// released first (destroy placements before their importers). The destructor unregisters and
 /// frees whatever is left (with a warning through the log callback), releases the primary
-/// context it retained, then dlcloses the driver. Every call pushes the context and pops it
-/// again, so the calling thread's current context is unchanged. Thread-safety: import(),
-/// release(), read_back(), allocate_copy(), free_copy() may be called concurrently.
+/// context it retained, then dlcloses the driver. The calling thread's current context is left
+/// as it was. Thread-safety: import(), release(), read_back(), allocate_copy(), free_copy() may
+/// be called concurrently.
 WM_API Result<std::unique_ptr<Importer>> make_cuda_importer(const CudaImporterParams& params = {});
 
 /// How a CUDA importer makes a range of the mapping device memory (docs/cuda.md has the table of
@@ -134,11 +119,10 @@ struct CudaImporterState {
     CudaImportMethod method = CudaImportMethod::unavailable; ///< the current method
     std::uint64_t registrations = 0;   ///< live cuMemHostRegister imports (not pins)
     std::uint64_t direct_imports = 0;  ///< live direct imports
-    /// The device reads pageable memory itself (PAGEABLE_MEMORY_ACCESS 1). There, copies *from*
-    /// file-backed pages are reported pathologically slow (a GB300: 1,184 s -> 67 s once tensors
-    /// were first read into anonymous memory, NVIDIA/cosmos-framework#150): an engine should
+    /// The device reads pageable memory itself (PAGEABLE_MEMORY_ACCESS 1). There an engine should
     /// copy its fallback tensors with copy_fallback_tensors() (preads into its own staging), not
-    /// out of the mapping.
+    /// out of the mapping: copies from file-backed pages are reported pathologically slow
+    /// (docs/cuda.md, "The fallback copy on coherent machines").
     bool pageable_access = false;
     std::string method_note;           ///< the attributes the method was chosen from
 };
@@ -156,7 +140,7 @@ struct CudaPinReport {
     std::string first_refusal;       ///< the first refusal's reason; empty when none
 };
 
-/// The DMA use, for a discrete device (llama.cpp PR #26659): page-locks the fallback tensors of
+/// The DMA use, for a discrete device: page-locks the fallback tensors of
 /// `placement` (the ones the engine copies to device memory itself) on `target`, or on every
 /// non-CPU target when target is no_index, so that cuMemcpyHtoD from the mapping runs as a DMA
 /// transfer instead of through the driver's bounce buffer. Each tensor's range is aligned out

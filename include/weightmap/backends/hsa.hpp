@@ -3,7 +3,7 @@
 //
 // On an APU (Strix Halo, gfx1151) the GPU reads system memory, so locking the page-cache pages
 // of the model file makes them device memory in place: the device copy and its GTT vanish
-// (measured upstream: 3927 -> 1245 MiB peak GTT for a 4B model, token-identical output).
+// (docs/hsa.md has the measurement).
 //
 // This header does not include the HSA headers: agents are their 64-bit `hsa_agent_t::handle`.
 // The runtime (libhsa-runtime64.so.1) is loaded with dlopen when the importer is made, so one
@@ -42,12 +42,9 @@ struct HsaImporterParams {
     std::vector<std::uint64_t> agents;
     /// Most bytes this importer may hold locked at once; 0: no budget. An import that would
     /// take the live locked bytes past it is refused (ErrorKind::limit) before the runtime is
-    /// called, so that region falls back. Locking pins every page of a region, and a sparse
-    /// region (a MoE's device tensors interleaved with CPU-placed experts) can pin a whole
-    /// 18.6 GB file for ~1.5 GB of weights (measured upstream: the load never finished). The
-    /// planner's tightness gate is the first line; this is the importer's own backstop.
-    /// It is deliberately not reported as caps().max_import_size: the planner splits regions to
-    /// fit that limit, and pieces that each fit would together pin the same pages again.
+    /// called, so that region falls back: the importer's own backstop against a sparse region
+    /// pinning a whole file, behind the planner's tightness gate. Not reported as
+    /// caps().max_import_size, on purpose (docs/hsa.md, "Sparse regions").
     std::uint64_t lock_budget_bytes = 0;
     /// How the agents reach host memory, when the engine knows better than the runtime: unknown
     /// (the default) reads it from the runtime. A FULL profile, or AGENT_IS_APU in

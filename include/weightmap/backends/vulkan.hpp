@@ -15,10 +15,8 @@
 // ErrorKind::unsupported, "unavailable: built without Vulkan support (...)"; a build without the
 // headers defines neither (registry.hpp's importer_registry() says whether it is built).
 //
-// What the importer enforces itself, because drivers do not all do it (measured on Mesa 22.3
-// lavapipe: it accepts unaligned pointers and sizes, PROT_READ and MAP_PRIVATE mappings, without
-// an error, even under the validation layers; the specification forbids the unaligned ones, and
-// drivers that pin pages differ — docs/vulkan.md, "Drivers"):
+// What the importer enforces itself, because drivers do not all do it (lavapipe accepts what the
+// specification forbids; docs/vulkan.md, "What the importer enforces itself" and "Drivers"):
 //   * the start and the size of every import are multiples of
 //     max(minImportedHostPointerAlignment, page size) - anything else is refused before any
 //     Vulkan call is made;
@@ -28,12 +26,10 @@
 //     and nothing stays allocated; after VK_ERROR_DEVICE_LOST the importer reports itself
 //     unavailable and makes no further driver calls for imports;
 //   * whether the driver imports file-backed pages at all: a one-page memfd probe when the
-//     importer is made. RADV refuses them whatever their protection (libdrm passes
-//     AMDGPU_GEM_USERPTR_ANONONLY); then caps().refuses_file_pages is set with the driver and
-//     the VkResult in notes().file_pages, and every region falls back with that reason.
-// caps().needs_writable_mapping is false: the one driver known to pin host pointers for write
-// refuses file pages anyway, so a writable mapping would gain nothing and would let a stray device
-// write reach the model file.
+//     importer is made. Where it refuses them (RADV), caps().refuses_file_pages is set with the
+//     driver and the VkResult in notes().file_pages, and every region falls back with that reason.
+// caps().needs_writable_mapping is false: a writable mapping would let a stray device write reach
+// the model file, and the one driver known to pin host pointers for write refuses file pages.
 //
 // Imported memory is the file's page cache seen by the device: engines must treat it as
 // read-only. A device write into an import of a PROT_READ mapping is undefined (lavapipe: the
