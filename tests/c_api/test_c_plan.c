@@ -9,7 +9,7 @@
 #define MiB (UINT64_C(1024) * 1024)
 #define PAGE UINT64_C(4096) /* passed as page_size: the plans do not depend on the host */
 
-/* The tightness gate as the README states it: span <= ctx + ctx/8 + 1 MiB, saturating. */
+/* The tightness gate as docs/planner.md states it: span <= ctx + ctx/8 + 1 MiB, saturating. */
 static uint64_t gate_limit(uint64_t ctx) {
     uint64_t limit = ctx + ctx / 8;
     if (limit < ctx) return UINT64_MAX;

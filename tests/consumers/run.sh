@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs libweightmap's consumers from outside the tree, the ways engines take it:
 #   c_pkgconfig       C99 (weightmap.h), `pkg-config --cflags --libs weightmap`, installed prefix
-#   cpp17_cmake       C++17, CMake find_package(weightmap 0.2) + weightmap::weightmap, same prefix
+#   cpp17_cmake       C++17, CMake find_package(weightmap 0.7; 0.6 refused) + weightmap::weightmap, same prefix
 #   meson_subproject  C++17 Meson project with this tree as subprojects/weightmap
 #   minimal           this tree with -Dauto_features=disabled (no optional importer), -Dtests=false:
 #                     the backend factories still link and say "built without"
