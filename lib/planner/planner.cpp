@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/plan_core.hpp"
+#include "planner/plan_core.hpp"
 
 namespace wm {
 
@@ -1192,14 +1192,19 @@ PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
     return totals;
 }
 
-// The core reads no environment. make_plan, the public entry, is in import_switch.cpp: it is the
-// edge that resolves WEIGHTMAP_IMPORT, kept out of this file so the same inputs always give the
-// same plan here.
+// The core reads no environment: the same inputs always give the same plan here.
 Result<Plan> internal::make_plan_with_switch(const ModelDesc& model, const PlanOptions& options,
                                              const internal::ImportSwitch& import_switch) {
     const std::uint64_t page = options.page_size != 0 ? options.page_size : host_page_size();
     if (Status s = validate(model, page); !s) return std::move(s).error();
     return Planner(model, options, page).run(import_switch);
+}
+
+// The public edge: the one place make_plan resolves WEIGHTMAP_IMPORT (import_switch.cpp), once,
+// before the core runs.
+Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options) {
+    return internal::make_plan_with_switch(model, options,
+                                           internal::resolve_import_switch(options.import_enabled));
 }
 
 } // namespace wm

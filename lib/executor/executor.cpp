@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/placement_access.hpp"
-#include "internal/plan_edit.hpp"
+#include "executor/placement_access.hpp"
+#include "planner/plan_edit.hpp"
 
 namespace wm {
 
