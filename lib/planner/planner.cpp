@@ -15,7 +15,6 @@
 #include <memory>
 #include <numeric>
 #include <string_view>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -45,34 +44,6 @@ std::uint64_t tightness_limit(std::uint64_t ctx_bytes) noexcept {
 bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
                            std::uint64_t ctx_bytes) noexcept {
     return last - first <= tightness_limit(ctx_bytes);
-}
-
-ImportPolicy effective_import_policy(const TargetDesc& target,
-                                     const PlanOptions& options) noexcept {
-    return target.import_policy.value_or(options.import_policy);
-}
-
-std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
-                                  std::string_view device_memory_note) {
-    const DeviceMemory memory = caps.device_memory;
-    if (caps.is_cpu || import_allowed(policy, memory)) return {};
-    if (policy == ImportPolicy::never) return "import_policy=never";
-    const std::string note =
-        device_memory_note.empty() ? "" : fmt::format(" ({})", device_memory_note);
-    // unified_only refusing: the device is discrete or nobody can tell.
-    if (memory == DeviceMemory::discrete)
-        return "discrete device" + note + ": imported weights would be read over the bus on "
-               "every use; import_policy=always to import anyway";
-    return "device memory unknown" + note + ": the importer does not say whether the device "
-           "reads host memory at memory speed; import_policy=always to import anyway";
-}
-
-std::uint64_t host_page_size() noexcept {
-    static const std::uint64_t page = [] {
-        long value = sysconf(_SC_PAGESIZE);
-        return value > 0 ? static_cast<std::uint64_t>(value) : std::uint64_t{4096};
-    }();
-    return page;
 }
 
 namespace {
