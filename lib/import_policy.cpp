@@ -1,5 +1,14 @@
 // SPDX-License-Identifier: MIT
+// The import policy's one home: its names, the rule (import_allowed), a target's policy and the
+// reason a refused target falls back with. The planner, the mapping decision and the executor
+// each apply it through these, once.
 #include "weightmap/import_policy.hpp"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "weightmap/planner.hpp" // effective_import_policy, import_policy_refusal
 
 namespace wm {
 
@@ -28,6 +37,26 @@ bool import_allowed(ImportPolicy policy, DeviceMemory memory) noexcept {
     case ImportPolicy::unified_only: return memory == DeviceMemory::unified;
     }
     return false;
+}
+
+ImportPolicy effective_import_policy(const TargetDesc& target,
+                                     const PlanOptions& options) noexcept {
+    return target.import_policy.value_or(options.import_policy);
+}
+
+std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
+                                  std::string_view device_memory_note) {
+    const DeviceMemory memory = caps.device_memory;
+    if (caps.is_cpu || import_allowed(policy, memory)) return {};
+    if (policy == ImportPolicy::never) return "import_policy=never";
+    const std::string note =
+        device_memory_note.empty() ? "" : fmt::format(" ({})", device_memory_note);
+    // unified_only refusing: the device is discrete or nobody can tell.
+    if (memory == DeviceMemory::discrete)
+        return "discrete device" + note + ": imported weights would be read over the bus on "
+               "every use; import_policy=always to import anyway";
+    return "device memory unknown" + note + ": the importer does not say whether the device "
+           "reads host memory at memory speed; import_policy=always to import anyway";
 }
 
 } // namespace wm

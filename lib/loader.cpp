@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "internal/import_switch.hpp"
-#include "internal/plan_core.hpp"
-#include "internal/plan_edit.hpp"
+#include "planner/import_switch.hpp"
+#include "planner/plan_core.hpp"
+#include "planner/plan_edit.hpp"
 
 namespace wm {
 

@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: MIT
+// The OS mapping layer: the system call table, and mapping weight files (MappedModel). It knows
+// no importer, registry or planner; which access to ask for is decided a layer above
+// (mapping_decision.cpp).
 #include "weightmap/mapping.hpp"
 
 #include <atomic>
@@ -13,9 +16,8 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/page_size.hpp"
 #include "internal/sys_hooks.hpp"
-#include "weightmap/planner.hpp"
-#include "weightmap/registry.hpp"
 
 namespace wm {
 
@@ -37,53 +39,6 @@ using internal::syscalls;
 
 const char* to_string(MappingAccess access) noexcept {
     return access == MappingAccess::writable ? "writable" : "read_only";
-}
-
-MappingDecision decide_mapping(Span<const std::string> paths, Span<Importer* const> importers,
-                               ImportPolicy policy) {
-    // Registry defaults when the engine gave no list; they live only for this decision.
-    std::vector<std::unique_ptr<Importer>> defaults;
-    std::vector<Importer*> considered(importers.begin(), importers.end());
-    if (considered.empty()) {
-        for (const ImporterEntry& entry : importer_registry()) {
-            if (!entry.built || entry.create_default == nullptr ||
-                !entry.may_need_writable_mapping)
-                continue;
-            defaults.push_back(entry.create_default());
-            considered.push_back(defaults.back().get());
-        }
-    }
-    std::string needing;
-    for (Importer* importer : considered) {
-        if (importer == nullptr) continue;
-        ImporterCaps caps = importer->caps();
-        if (caps.is_cpu || !caps.needs_writable_mapping) continue;
-        if (!import_allowed(policy, caps.device_memory)) continue; // it will not import
-        if (!importer->available().available) continue;
-        needing += fmt::format("{}'{}'", needing.empty() ? "" : ", ", importer->name());
-    }
-    MappingDecision decision;
-    if (needing.empty()) {
-        decision.reason = fmt::format("read-only: no available non-CPU importer needs a "
-                                      "writable mapping (import_policy {})", to_string(policy));
-        return decision;
-    }
-    for (const std::string& path : paths) {
-        int fd = syscalls().open_file(path.c_str(), O_RDWR);
-        if (fd < 0) {
-            int err = errno;
-            decision.unwritable_path = path;
-            decision.reason = fmt::format("read-only: importer {} needs a writable mapping but "
-                                          "weight file not writable: {} (open O_RDWR: {})",
-                                          needing, path, std::strerror(err));
-            return decision;
-        }
-        syscalls().close_file(fd);
-    }
-    decision.access = MappingAccess::writable;
-    decision.reason = fmt::format("writable shared: importer {} needs it and all {} file(s) "
-                                  "are writable", needing, paths.size());
-    return decision;
 }
 
 namespace {

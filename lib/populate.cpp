@@ -145,7 +145,7 @@ public:
         guarded_loop(work, true);
         for (std::thread& h : helpers) h.join();
         report_completion();
-        return std::move(failure_);
+        return std::move(outcome_);
     }
 
 private:
@@ -210,11 +210,11 @@ private:
     // once more; nothing is left to cancel, so its answer is not asked.
     void report_completion() {
         const std::uint64_t done = done_.load();
-        if (failure_ && options_.progress && done != reported_) options_.progress(done, total_);
+        if (outcome_ && options_.progress && done != reported_) options_.progress(done, total_);
     }
     void fail(Status s) noexcept {
         std::lock_guard lock(mutex_);
-        if (failure_) failure_ = std::move(s);
+        if (outcome_) outcome_ = std::move(s);
         stop_.store(true);
     }
 
@@ -226,7 +226,7 @@ private:
     std::atomic<bool> stop_{false};
     std::uint64_t reported_ = 0; // the last progress the calling thread reported
     std::mutex mutex_;
-    Status failure_;
+    Status outcome_; // ok until a job fails, then the first failure (later ones are dropped)
 };
 
 // Orders `jobs` (grouped by file) round-robin across files, so that threads take chunks of

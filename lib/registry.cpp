@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "weightmap_config.h"
 
 namespace wm {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "internal/import_switch.hpp"
-#include "internal/plan_core.hpp"
+#include "planner/import_switch.hpp"
+#include "planner/plan_core.hpp"
 #include "support/plan_fixtures.hpp"
 
 using namespace wm;

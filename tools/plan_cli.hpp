@@ -103,9 +103,6 @@ public:
         return target;
     }
 
-    /// True when --device was given.
-    bool device_given() const { return !device_.empty(); }
-
 private:
     std::vector<std::string> overrides_;
     bool cpu_moe_ = false;

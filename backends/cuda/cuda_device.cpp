@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "cuda_importer.hpp"
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "weightmap/backends/cuda.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
 #include "internal/undo.hpp"

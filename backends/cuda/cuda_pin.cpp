@@ -8,7 +8,7 @@
 
 #include "cuda_importer.hpp"
 #include "internal/align.hpp"
-#include "internal/placement_access.hpp"
+#include "executor/placement_access.hpp"
 #include "weightmap/backends/cuda.hpp"
 #include "weightmap/log.hpp"
 #include "weightmap/planner.hpp"

@@ -13,7 +13,7 @@
 
 #include "hsa_runtime.hpp"
 #include "internal/align.hpp"
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
 #include "internal/undo.hpp"

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "vulkan_result.hpp"
 #include "vulkan_importer.hpp"
 

@@ -74,7 +74,6 @@ public:
     std::uint64_t pos() const noexcept { return pos_; }
     std::uint64_t file_size() const noexcept { return size_; }
     std::uint64_t remaining() const noexcept { return size_ - pos_; }
-    std::string_view path() const noexcept { return path_; }
 
     /// Copies n bytes at pos() into dst and advances; fails naming `field` when fewer remain.
     Status read(std::byte* dst, std::size_t n, std::string_view field);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "internal/backend_factories.hpp"
+#include "backend_factories.hpp"
 #include "support/temp_file.hpp"
 #include "vulkan/vk_test_device.hpp"
 #include "weightmap/backends/vulkan.hpp"

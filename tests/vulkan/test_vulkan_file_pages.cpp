@@ -263,7 +263,7 @@ TEST_CASE("a device lost during the probe makes the importer unavailable, not fi
 }
 
 // Needs the planner's part (every region of a target whose caps refuse file pages falls back with
-// file_pages_note as its reason), landing separately in lib/planner.cpp.
+// file_pages_note as its reason), landing separately in lib/planner/planner.cpp.
 TEST_CASE("every region of a target that refuses file pages falls back with the probe's note") {
     auto dev = VkTestDevice::create_or_skip();
     std::unique_ptr<Importer> importer = refusing_importer(

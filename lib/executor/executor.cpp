@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/placement_access.hpp"
-#include "internal/plan_edit.hpp"
+#include "executor/placement_access.hpp"
+#include "planner/plan_edit.hpp"
 
 namespace wm {
 
@@ -29,7 +29,8 @@ struct __attribute__((visibility("hidden"))) Placement::Impl {
     // Per region, per run: index into imports, or no_index when that run was not imported.
     std::vector<std::vector<std::uint32_t>> run_import;
     std::vector<LiveImport> imports;
-    // Released before the imports, last attached first (cuda_pin_fallbacks' pins).
+    // What backends attached (PlacementAccess; today only backends/cuda/cuda_pin.cpp's pins):
+    // released before the imports, last attached first.
     std::vector<std::function<void()>> attachments;
     LogCallback log;
 

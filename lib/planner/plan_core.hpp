@@ -2,7 +2,7 @@
 // The planner's pure core: make_plan with the A/B switch already resolved.
 #pragma once
 
-#include "internal/import_switch.hpp"
+#include "planner/import_switch.hpp"
 #include "weightmap/planner.hpp"
 
 namespace wm::internal {

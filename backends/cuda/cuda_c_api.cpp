@@ -2,7 +2,7 @@
 // The CUDA importer and its DMA pins from C: backends/cuda.h over backends/cuda.hpp.
 #include <cstdio>
 
-#include "c_api.hpp"
+#include "c_api/c_api.hpp"
 #include "weightmap/backends/cuda.h"
 #include "weightmap/backends/cuda.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "internal/plan_edit.hpp"
+#include "planner/plan_edit.hpp"
 
 #include <cassert>
 

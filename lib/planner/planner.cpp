@@ -15,12 +15,11 @@
 #include <memory>
 #include <numeric>
 #include <string_view>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
-#include "internal/plan_core.hpp"
+#include "planner/plan_core.hpp"
 
 namespace wm {
 
@@ -45,34 +44,6 @@ std::uint64_t tightness_limit(std::uint64_t ctx_bytes) noexcept {
 bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
                            std::uint64_t ctx_bytes) noexcept {
     return last - first <= tightness_limit(ctx_bytes);
-}
-
-ImportPolicy effective_import_policy(const TargetDesc& target,
-                                     const PlanOptions& options) noexcept {
-    return target.import_policy.value_or(options.import_policy);
-}
-
-std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
-                                  std::string_view device_memory_note) {
-    const DeviceMemory memory = caps.device_memory;
-    if (caps.is_cpu || import_allowed(policy, memory)) return {};
-    if (policy == ImportPolicy::never) return "import_policy=never";
-    const std::string note =
-        device_memory_note.empty() ? "" : fmt::format(" ({})", device_memory_note);
-    // unified_only refusing: the device is discrete or nobody can tell.
-    if (memory == DeviceMemory::discrete)
-        return "discrete device" + note + ": imported weights would be read over the bus on "
-               "every use; import_policy=always to import anyway";
-    return "device memory unknown" + note + ": the importer does not say whether the device "
-           "reads host memory at memory speed; import_policy=always to import anyway";
-}
-
-std::uint64_t host_page_size() noexcept {
-    static const std::uint64_t page = [] {
-        long value = sysconf(_SC_PAGESIZE);
-        return value > 0 ? static_cast<std::uint64_t>(value) : std::uint64_t{4096};
-    }();
-    return page;
 }
 
 namespace {
@@ -118,7 +89,7 @@ struct Group {
 };
 
 // Tensors [b, e) of the sorted array.
-struct Span {
+struct Slice {
     std::uint32_t b = 0, e = 0;
     bool empty() const { return b >= e; }
 };
@@ -132,7 +103,7 @@ struct RegionWork {
     std::uint64_t mapped_len = 0;     // file size rounded up to whole pages
     std::uint64_t max_import = 0;     // 0: unlimited
     std::uint64_t lane = no_lane;     // (importer, file) group for shared pages
-    std::vector<Span> runs;           // sorted, disjoint once planned
+    std::vector<Slice> runs;           // sorted, disjoint once planned
     // What happened, for the region's reason.
     std::uint32_t clusters = 0;            // page-disjoint clusters (mode runs, region not tight)
     std::uint32_t threshold_merges = 0;    // merges across gaps below merge_gap
@@ -190,19 +161,21 @@ private:
 
     // --- slice statistics: O(1), or O(log n) for nested tensors -------------------------------
     std::uint64_t size_at(std::uint32_t k) const { return end_[k] - offset_[k]; }
-    std::uint64_t ctx(Span s) const { return prefix_[s.e] - prefix_[s.b]; }
-    std::uint64_t first(Span s) const { return offset_[s.b]; }
-    std::uint64_t last(Span s) const {
+    std::uint64_t ctx(Slice s) const { return prefix_[s.e] - prefix_[s.b]; }
+    std::uint64_t first(Slice s) const { return offset_[s.b]; }
+    std::uint64_t last(Slice s) const {
         return nested_ends_ ? nested_ends_->max(s.b, s.e) : end_[s.e - 1];
     }
-    std::uint64_t start(const RegionWork& w, Span s) const { return align_down(first(s), w.align); }
-    std::uint64_t stop(const RegionWork& w, Span s) const {
+    std::uint64_t start(const RegionWork& w, Slice s) const {
+        return align_down(first(s), w.align);
+    }
+    std::uint64_t stop(const RegionWork& w, Slice s) const {
         return align_up_saturating(last(s), w.align);
     }
-    std::uint64_t extent(const RegionWork& w, Span s) const { return stop(w, s) - start(w, s); }
-    bool tight(Span s) const { return passes_tightness_gate(first(s), last(s), ctx(s)); }
+    std::uint64_t extent(const RegionWork& w, Slice s) const { return stop(w, s) - start(w, s); }
+    bool tight(Slice s) const { return passes_tightness_gate(first(s), last(s), ctx(s)); }
     // A run worth importing: holds bytes, and in mode runs passes the gate on its own.
-    bool importable(Span s) const { return !s.empty() && ctx(s) > 0 && (!runs_mode_ || tight(s)); }
+    bool importable(Slice s) const { return !s.empty() && ctx(s) > 0 && (!runs_mode_ || tight(s)); }
 
     std::string file_name(std::uint32_t region) const {
         const std::uint32_t file = plan_.regions[region].file;
@@ -216,7 +189,7 @@ private:
     }
 
     // Tensors of `s` fall back, each with `reason`.
-    void refuse(std::uint32_t region, Span s, const std::string& reason) {
+    void refuse(std::uint32_t region, Slice s, const std::string& reason) {
         if (s.empty()) return;
         RegionWork& w = work_[region];
         for (std::uint32_t k = s.b; k < s.e; ++k) {
@@ -253,19 +226,19 @@ private:
     void mark_clusters(const RegionWork& w);
     void plan_device_region(std::uint32_t region);
     std::uint32_t refuse_unmappable_tail(std::uint32_t region, std::uint32_t end);
-    void append_clusters(Span span, std::vector<Span>& out) const;
-    std::vector<Span> split_to_limit(std::uint32_t region, const std::vector<Span>& pieces);
+    void append_clusters(Slice span, std::vector<Slice>& out) const;
+    std::vector<Slice> split_to_limit(std::uint32_t region, const std::vector<Slice>& pieces);
     std::uint32_t cheapest_cut(const RegionWork& w, std::uint32_t i, std::uint32_t k) const;
-    std::vector<Span> merge_runs(std::uint32_t region, const std::vector<Span>& units,
+    std::vector<Slice> merge_runs(std::uint32_t region, const std::vector<Slice>& units,
                                  std::uint64_t threshold);
     std::vector<std::uint32_t> merge_across_gaps(std::uint32_t region,
-                                                 const std::vector<Span>& units,
+                                                 const std::vector<Slice>& units,
                                                  std::uint64_t threshold,
                                                  std::size_t& importable_groups);
-    std::vector<Span> runs_from_groups(std::uint32_t region, const std::vector<Span>& units,
+    std::vector<Slice> runs_from_groups(std::uint32_t region, const std::vector<Slice>& units,
                                        const std::vector<std::uint32_t>& group_end,
                                        std::size_t importable_groups);
-    std::vector<Span> keep_within_budget(std::uint32_t region, const std::vector<Span>& runs);
+    std::vector<Slice> keep_within_budget(std::uint32_t region, const std::vector<Slice>& runs);
 
     // --- shared pages across runs of one importer and file ------------------------------------
     void separate_shared_pages();
@@ -276,18 +249,18 @@ private:
     // One way to stop a run sharing a page: leave out `drop`, keep `rest` if `rest_ok`; `loss`
     // is the tensor bytes that falls back (the whole run when the rest is not importable).
     struct Cut {
-        Span drop, rest;
+        Slice drop, rest;
         bool rest_ok = false;
         std::uint64_t loss = UINT64_MAX; // the default Cut is never the cheaper side
     };
-    Span& span_of(const RunRef& ref) { return work_[ref.region].runs[ref.run]; }
+    Slice& span_of(const RunRef& ref) { return work_[ref.region].runs[ref.run]; }
     std::uint64_t stop_of(const RunRef& ref) const {
         return stop(work_[ref.region], work_[ref.region].runs[ref.run]);
     }
     void separate_lane(const RunRef* refs, std::size_t count);
     bool separate_pair(const RunRef& a, const RunRef& b, bool overlaps_one);
-    Cut cut_leading(const RegionWork& w, Span run, std::uint64_t bound_below) const;
-    Cut cut_trailing(const RegionWork& w, Span run, std::uint64_t bound_above) const;
+    Cut cut_leading(const RegionWork& w, Slice run, std::uint64_t bound_below) const;
+    Cut cut_trailing(const RegionWork& w, Slice run, std::uint64_t bound_above) const;
     std::string shared_reason(const RunRef& loser, const RunRef& other, std::uint64_t this_loss,
                               std::uint64_t other_loss, bool overlaps_one) const;
     void drop_shared(const RunRef& loser, const Cut& cut, const std::string& reason);
@@ -460,7 +433,7 @@ void Planner::mark_clusters(const RegionWork& w) {
 // alignment above the page size); it alone falls back instead of the whole region.
 std::uint32_t Planner::refuse_unmappable_tail(std::uint32_t region, std::uint32_t end) {
     const RegionWork& w = work_[region];
-    Span tail{end - 1, end};
+    Slice tail{end - 1, end};
     while (!cluster_start_[tail.b]) --tail.b; // w.begin always starts a cluster
     if (stop(w, tail) <= w.mapped_len) return end;
     refuse(region, tail,
@@ -472,7 +445,7 @@ std::uint32_t Planner::refuse_unmappable_tail(std::uint32_t region, std::uint32_
 }
 
 // The clusters of `span`, in order (a span that starts inside a cluster starts a unit there).
-void Planner::append_clusters(Span span, std::vector<Span>& out) const {
+void Planner::append_clusters(Slice span, std::vector<Slice>& out) const {
     std::uint32_t begin = span.b;
     for (std::uint32_t k = span.b + 1; k < span.e; ++k) {
         if (!cluster_start_[k]) continue;
@@ -487,12 +460,12 @@ void Planner::append_clusters(Span span, std::vector<Span>& out) const {
 // two imports share a page, which separate_shared_pages() then resolves by leaving the cheaper
 // side out. So among the cuts that keep the piece at least half the limit (at most twice the
 // minimum number of imports), the cheapest is taken, the farthest on ties.
-std::vector<Span> Planner::split_to_limit(std::uint32_t region, const std::vector<Span>& pieces) {
+std::vector<Slice> Planner::split_to_limit(std::uint32_t region, const std::vector<Slice>& pieces) {
     RegionWork& w = work_[region];
     const std::uint64_t limit = w.max_import;
-    std::vector<Span> out;
+    std::vector<Slice> out;
     out.reserve(pieces.size());
-    for (Span p : pieces) {
+    for (Slice p : pieces) {
         if (limit == 0 || extent(w, p) <= limit) {
             out.push_back(p);
             continue;
@@ -563,13 +536,13 @@ std::uint32_t Planner::cheapest_cut(const RegionWork& w, std::uint32_t i, std::u
 // limit allow those merges (tests/test_planner_runs.cpp checks it against brute force). Runs
 // that still cannot be imported fall back; if more runs remain than the budget, those with the
 // fewest tensor bytes fall back too. O(m log m) for m units.
-std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Span>& units,
+std::vector<Slice> Planner::merge_runs(std::uint32_t region, const std::vector<Slice>& units,
                                       std::uint64_t threshold) {
     if (units.empty()) return {};
     std::size_t importable_groups = 0;
     const std::vector<std::uint32_t> group_end =
         merge_across_gaps(region, units, threshold, importable_groups);
-    std::vector<Span> runs = runs_from_groups(region, units, group_end, importable_groups);
+    std::vector<Slice> runs = runs_from_groups(region, units, group_end, importable_groups);
     if (runs.size() <= budget_) return runs;
     return keep_within_budget(region, runs);
 }
@@ -578,7 +551,7 @@ std::vector<Span> Planner::merge_runs(std::uint32_t region, const std::vector<Sp
 // group that unit i starts (only read at a group's first unit), and the number of importable
 // groups.
 std::vector<std::uint32_t> Planner::merge_across_gaps(std::uint32_t region,
-                                                      const std::vector<Span>& units,
+                                                      const std::vector<Slice>& units,
                                                       std::uint64_t threshold,
                                                       std::size_t& importable_groups) {
     RegionWork& w = work_[region];
@@ -598,13 +571,13 @@ std::vector<std::uint32_t> Planner::merge_across_gaps(std::uint32_t region,
     std::iota(group_begin.begin(), group_begin.end(), 0u);
     std::iota(group_end.begin(), group_end.end(), 0u);
     importable_groups = 0;
-    for (Span u : units) importable_groups += importable(u);
+    for (Slice u : units) importable_groups += importable(u);
     for (std::uint32_t j : by_gap) {
         const bool below_threshold = gap[j] == 0 || gap[j] < threshold;
         if (!below_threshold && importable_groups <= budget_) break; // the rest are wider
         const std::uint32_t lo = group_begin[j], hi = group_end[j + 1];
-        const Span left{units[lo].b, units[j].e}, right{units[j + 1].b, units[hi].e};
-        const Span merged{left.b, right.e};
+        const Slice left{units[lo].b, units[j].e}, right{units[j + 1].b, units[hi].e};
+        const Slice merged{left.b, right.e};
         if (w.max_import != 0 && extent(w, merged) > w.max_import) continue;
         if (runs_mode_ && !tight(merged)) {
             w.gate_kept_open += below_threshold;
@@ -620,13 +593,13 @@ std::vector<std::uint32_t> Planner::merge_across_gaps(std::uint32_t region,
 }
 
 // The groups merge_across_gaps() formed, in file order; those that cannot be imported fall back.
-std::vector<Span> Planner::runs_from_groups(std::uint32_t region, const std::vector<Span>& units,
+std::vector<Slice> Planner::runs_from_groups(std::uint32_t region, const std::vector<Slice>& units,
                                             const std::vector<std::uint32_t>& group_end,
                                             std::size_t importable_groups) {
-    std::vector<Span> runs;
+    std::vector<Slice> runs;
     runs.reserve(importable_groups);
     for (std::uint32_t i = 0; i < units.size(); i = group_end[i] + 1) {
-        const Span g{units[i].b, units[group_end[i]].e};
+        const Slice g{units[i].b, units[group_end[i]].e};
         if (importable(g)) {
             runs.push_back(g);
         } else if (ctx(g) == 0) {
@@ -647,7 +620,8 @@ std::vector<Span> Planner::runs_from_groups(std::uint32_t region, const std::vec
 
 // More runs than the budget even after every merge: the budget's worth with the most tensor
 // bytes stay (ties: the earlier run), the others fall back.
-std::vector<Span> Planner::keep_within_budget(std::uint32_t region, const std::vector<Span>& runs) {
+std::vector<Slice> Planner::keep_within_budget(std::uint32_t region,
+                                              const std::vector<Slice>& runs) {
     RegionWork& w = work_[region];
     std::vector<std::uint32_t> rank(runs.size());
     std::iota(rank.begin(), rank.end(), 0u);
@@ -657,7 +631,7 @@ std::vector<Span> Planner::keep_within_budget(std::uint32_t region, const std::v
     });
     std::vector<std::uint8_t> keep(runs.size(), 0);
     for (std::size_t r = 0; r < budget_; ++r) keep[rank[r]] = 1;
-    std::vector<Span> kept;
+    std::vector<Slice> kept;
     kept.reserve(budget_);
     for (std::size_t i = 0; i < runs.size(); ++i) {
         if (keep[i]) {
@@ -681,8 +655,8 @@ void Planner::plan_device_region(std::uint32_t region) {
     std::uint32_t end = w.end;
     if (runs_mode_) end = refuse_unmappable_tail(region, end);
     if (w.begin == end) return;
-    const Span usable{w.begin, end};
-    std::vector<Span> units;
+    const Slice usable{w.begin, end};
+    std::vector<Slice> units;
     std::uint64_t threshold = 0; // span and gate: merges only to fit the budget
     if (options_.mode == PlanMode::span || plan_.regions[region].gate) {
         // One import, as upstream, unless the size limit cuts it.
@@ -690,8 +664,8 @@ void Planner::plan_device_region(std::uint32_t region) {
         if (runs_mode_) {
             // A part of a tight region can fail the gate on its own (its gaps, less of the
             // region's slack): such a part is planned from its clusters like any other run.
-            std::vector<Span> parts;
-            for (Span u : units) {
+            std::vector<Slice> parts;
+            for (Slice u : units) {
                 if (tight(u)) parts.push_back(u);
                 else append_clusters(u, parts);
             }
@@ -699,13 +673,13 @@ void Planner::plan_device_region(std::uint32_t region) {
             threshold = options_.merge_gap;
         }
     } else {
-        std::vector<Span> clusters;
+        std::vector<Slice> clusters;
         append_clusters(usable, clusters);
         w.clusters = static_cast<std::uint32_t>(clusters.size());
         units = split_to_limit(region, clusters);
         threshold = options_.merge_gap;
     }
-    for (Span p : merge_runs(region, units, threshold)) {
+    for (Slice p : merge_runs(region, units, threshold)) {
         if (stop(w, p) > w.mapped_len)
             refuse(region, p,
                    fmt::format("aligned extent [{:#x}, {:#x}) runs past the mapped length {:#x} "
@@ -745,7 +719,8 @@ void Planner::separate_shared_pages() {
         i = j;
     }
     for (RegionWork& w : work_)
-        w.runs.erase(std::remove_if(w.runs.begin(), w.runs.end(), [](Span s) { return s.empty(); }),
+        w.runs.erase(std::remove_if(w.runs.begin(), w.runs.end(),
+                                    [](Slice s) { return s.empty(); }),
                      w.runs.end());
 }
 
@@ -779,7 +754,7 @@ void Planner::separate_lane(const RunRef* refs, std::size_t count) {
 bool Planner::separate_pair(const RunRef& a, const RunRef& b, bool overlaps_one) {
     const RegionWork& wa = work_[a.region];
     const RegionWork& wb = work_[b.region];
-    const Span A = span_of(a), B = span_of(b);
+    const Slice A = span_of(a), B = span_of(b);
     // Within a region only a size-limit cut makes two runs share a page (runs are otherwise
     // cut between clusters), so merging them back is never possible.
     assert(a.region != b.region || wa.max_import != 0);
@@ -794,7 +769,7 @@ bool Planner::separate_pair(const RunRef& a, const RunRef& b, bool overlaps_one)
 
 // Leave out the run's leading tensors: those whose aligned start lies below `bound_below` (the
 // other import's end).
-Planner::Cut Planner::cut_leading(const RegionWork& w, Span run, std::uint64_t bound_below) const {
+Planner::Cut Planner::cut_leading(const RegionWork& w, Slice run, std::uint64_t bound_below) const {
     const std::uint64_t bound = align_up_saturating(bound_below, w.align);
     const auto q = static_cast<std::uint32_t>(
         std::lower_bound(offset_.begin() + run.b, offset_.begin() + run.e, bound) -
@@ -807,7 +782,8 @@ Planner::Cut Planner::cut_leading(const RegionWork& w, Span run, std::uint64_t b
 
 // Leave out the run's trailing tensors: keep its longest prefix whose aligned end stays at or
 // below `bound_above` (the other import's start).
-Planner::Cut Planner::cut_trailing(const RegionWork& w, Span run, std::uint64_t bound_above) const {
+Planner::Cut Planner::cut_trailing(const RegionWork& w, Slice run,
+                                   std::uint64_t bound_above) const {
     const std::uint64_t limit_end = align_down(bound_above, w.align);
     std::uint32_t lo = run.b, hi = run.e; // prefix [run.b, lo) fits, [run.b, hi) does not
     while (hi - lo > 1) {
@@ -826,7 +802,7 @@ std::string Planner::shared_reason(const RunRef& loser, const RunRef& other,
                                    std::uint64_t this_loss, std::uint64_t other_loss,
                                    bool overlaps_one) const {
     const RegionWork& wo = work_[other.region];
-    const Span o = wo.runs[other.run];
+    const Slice o = wo.runs[other.run];
     const TargetDesc& target = target_of(other.region);
     return fmt::format(
         "shares a page with import [{:#x}, {:#x}) of target '{}' in file {} (importer "
@@ -846,7 +822,7 @@ std::string Planner::shared_reason(const RunRef& loser, const RunRef& other,
 // `loser` leaves out `cut.drop`, and the rest too when it would no longer be importable.
 void Planner::drop_shared(const RunRef& loser, const Cut& cut, const std::string& reason) {
     RegionWork& wl = work_[loser.region];
-    Span& run = span_of(loser);
+    Slice& run = span_of(loser);
     refuse(loser.region, cut.drop, reason);
     wl.shared_dropped_tensors += cut.drop.e - cut.drop.b;
     wl.shared_dropped_bytes += ctx(cut.drop);
@@ -854,7 +830,7 @@ void Planner::drop_shared(const RunRef& loser, const Cut& cut, const std::string
         run = cut.rest;
         return;
     }
-    const Span rest = cut.rest;
+    const Slice rest = cut.rest;
     if (!rest.empty())
         refuse(loser.region, rest,
                fmt::format("its run lost the tensors that share a page with another "
@@ -893,7 +869,7 @@ void Planner::emit_runs(std::uint32_t r) {
     }
     for (std::uint32_t k = w.begin; k < w.group_end; ++k) plan_.tensors[order_[k]].region = r;
     region.runs.reserve(w.runs.size());
-    for (Span s : w.runs) {
+    for (Slice s : w.runs) {
         PlanRun run;
         run.first = first(s);
         run.last = last(s);
@@ -994,7 +970,7 @@ void Planner::add_regions() {
         region.target = g.target;
         region.file = g.file;
         region.first = UINT64_MAX;
-        for (Span part : {Span{g.begin, g.aligned_end}, Span{g.aligned_end, g.end}}) {
+        for (Slice part : {Slice{g.begin, g.aligned_end}, Slice{g.aligned_end, g.end}}) {
             if (part.empty()) continue;
             region.first = std::min(region.first, first(part));
             region.last = std::max(region.last, last(part));
@@ -1022,7 +998,7 @@ void Planner::add_regions() {
 void Planner::plan_region(std::uint32_t r, const internal::ImportSwitch& import_switch) {
     const PlanRegion& region = plan_.regions[r];
     RegionWork& w = work_[r];
-    const Span whole{w.begin, w.end};
+    const Slice whole{w.begin, w.end};
     if (model_.targets[region.target].caps.is_cpu) {
         // Passthrough pins nothing, so the span is always fine.
         w.runs = {whole};
@@ -1192,14 +1168,19 @@ PlanTotals compute_totals(const ModelDesc& model, const Plan& plan) {
     return totals;
 }
 
-// The core reads no environment. make_plan, the public entry, is in import_switch.cpp: it is the
-// edge that resolves WEIGHTMAP_IMPORT, kept out of this file so the same inputs always give the
-// same plan here.
+// The core reads no environment: the same inputs always give the same plan here.
 Result<Plan> internal::make_plan_with_switch(const ModelDesc& model, const PlanOptions& options,
                                              const internal::ImportSwitch& import_switch) {
     const std::uint64_t page = options.page_size != 0 ? options.page_size : host_page_size();
     if (Status s = validate(model, page); !s) return std::move(s).error();
     return Planner(model, options, page).run(import_switch);
+}
+
+// The public edge: the one place make_plan resolves WEIGHTMAP_IMPORT (import_switch.cpp), once,
+// before the core runs.
+Result<Plan> make_plan(const ModelDesc& model, const PlanOptions& options) {
+    return internal::make_plan_with_switch(model, options,
+                                           internal::resolve_import_switch(options.import_enabled));
 }
 
 } // namespace wm
