@@ -28,7 +28,7 @@
 namespace wm {
 
 namespace internal {
-struct PlacementAccess; // lib/internal/placement_access.hpp: what backends attach to a Placement
+struct PlacementAccess; // lib/executor/placement_access.hpp: what backends attach to a Placement
 }
 
 struct ExecuteOptions {
