@@ -350,6 +350,17 @@ check_reload() { # MODEL
   check_line reload "$pass" "loads=3 exit=$rc imports_per_load=$(grep -m1 -oE 'in [0-9]+ imports' "$log.err" | grep -oE '[0-9]+')"
 }
 
+# llama-bench fits and loads by itself (-fitt): with every import refused after its fit (the test
+# build's hook) it fits and loads again, and measures, rather than failing or overcommitting.
+check_bench_refit() { # MODEL
+  local log=$out/run/bench-refit rc=0 pass=pass
+  env LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=after-fit \
+    "$out/testing/llama-bench" -m "$1" -fitt 1000 -p 0 -n 2 -r 1 -t 2 -o md > "$log.out" 2> "$log.err" < /dev/null || rc=$?
+  [[ $rc == 0 ]] && grep -q 'fitting and loading again' "$log.err" && grep -qE '\| +tg2 +\|' "$log.out" || pass=fail
+  echo "llama-bench, imports refused after its fit: exit $rc, $(grep -m1 'fitting and loading again' "$log.err" || echo 'no second fit')"
+  check_line bench-fit-refused "$pass" "exit=$rc"
+}
+
 # The scheduler's split ordering: helper vs upstream on llama.cpp's graphs, traced and replayed,
 # then the real-scheduler checks of split_sync_check.cpp.
 # A ggml-rpc-server at HOST:PORT serving its CPU (a second device for llama.cpp), until stop_rpc_server.

@@ -17,7 +17,7 @@
 # stock build against the pristine one: load mode, buffer lines, tokens, peak RSS within 1 %.
 # Single checks, each a "llama.cpp case=NAME kind=check" line: --check-tensors on a NaN in a
 # tensor the run reports imported, the file truncated inside an import after planning, load /
-# free / load in one process.
+# free / load in one process, llama-bench's own fit after a refusal.
 #
 # Then the scheduler (patches 0010 and 0011: ggml's sync hook, libllama's helper): generation with
 # CPU + Vulkan splits under the split-ordering helper and under the upstream rule, traced and
@@ -98,7 +98,10 @@ build_llama() { # SRC BUILD OPTIONS TARGETS
     { tail -n 30 "$out/logs/llama-build.log" >&2; exit 1; }
   echo "build $(basename "$(dirname "$2")")/$(basename "$2") [$3]: $((SECONDS - start)) s" >> "$out/logs/build-times.log"
 }
-copy_out() { rm -rf "$1" && mkdir -p "$1" && cp -a "$bin/llama-completion" "$bin"/lib*.so* "$1/"; }
+copy_out() { # DIR: the build's programs and libraries (llama-bench where it was built)
+  rm -rf "$1" && mkdir -p "$1" && cp -a "$bin/llama-completion" "$bin"/lib*.so* "$1/"
+  if [[ -x $bin/llama-bench ]]; then cp -a "$bin/llama-bench" "$1/"; fi
+}
 bin=$out/build/bin
 upstream_bin=$out/pristine/build/bin
 : > "$out/logs/llama-build.log"
@@ -106,7 +109,7 @@ upstream_bin=$out/pristine/build/bin
 build_llama "$out/pristine/src" "$out/pristine/build" "" llama-completion
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=OFF -DLLAMA_WEIGHTMAP_TESTING=OFF -DGGML_VULKAN_TESTING=OFF" llama-completion
 copy_out "$out/stock"
-build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=ON -DGGML_VULKAN_TESTING=ON" llama-completion
+build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=ON -DGGML_VULKAN_TESTING=ON" "llama-completion llama-bench"
 copy_out "$out/testing"
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=OFF -DGGML_VULKAN_TESTING=OFF" \
   "llama-completion test-llama-archs llama-quantize llama-server ggml-rpc-server llama-gguf-split"
@@ -182,6 +185,7 @@ check_tensors_validated "$m/llama-dense.gguf" "$out/run/dense.import"
 check_truncated_model "$m/llama-dense.gguf"
 check_truncated_after_planning "$m/llama-dense.gguf"
 check_reload "$m/llama-dense.gguf"
+check_bench_refit "$m/big/llama-dense.gguf"
 check_mlock_locks_imports "$m/llama-dense.gguf"
 phase stock-and-checks
 run_split_sync "$m"
