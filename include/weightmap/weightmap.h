@@ -243,6 +243,18 @@ WM_API bool wm_importer_available(wm_importer* importer, const char** reason);
 WM_API wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer* buffer,
                                        uint64_t offset, uint64_t size, void* dst);
 
+/* Imports [host_address, host_address + size) through `importer` outside a plan: for an engine
+ * importer that composes one of libweightmap's (the llama.cpp glue wraps the CUDA and HSA
+ * importers' device addresses in buffers of its backend). The preconditions are the importer's
+ * (wm::Importer::import: both multiples of caps.alignment, size > 0, at most max_import_size);
+ * on failure nothing stays imported and wm_last_error has the backend's reason. Release `out`
+ * exactly once with wm_importer_release, before the importer is destroyed. */
+WM_API wm_status wm_importer_import(wm_importer* importer, void* host_address, uint64_t size,
+                                    wm_imported_buffer* out);
+/* Releases a buffer wm_importer_import returned. A failure is reported, but the buffer must not
+ * be released again either way. */
+WM_API wm_status wm_importer_release(wm_importer* importer, const wm_imported_buffer* buffer);
+
 /* --- the model description ------------------------------------------------------------------- */
 
 typedef struct wm_model wm_model;

@@ -306,4 +306,29 @@ wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer*
     });
 }
 
+wm_status wm_importer_import(wm_importer* importer, void* host_address, uint64_t size,
+                             wm_imported_buffer* out) {
+    static constexpr const char* fn = "wm_importer_import";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(importer, fn, "importer", status) || null_arg(out, fn, "out", status))
+            return status;
+        auto imported = importer->importer->import(host_address, size);
+        if (!imported) return fail(fn, imported.error());
+        *out = buffer_to_c(imported.value());
+        return WM_OK;
+    });
+}
+
+wm_status wm_importer_release(wm_importer* importer, const wm_imported_buffer* buffer) {
+    static constexpr const char* fn = "wm_importer_release";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(importer, fn, "importer", status) || null_arg(buffer, fn, "buffer", status))
+            return status;
+        wm::Status released = importer->importer->release(buffer_from_c(*buffer));
+        return released ? WM_OK : fail(fn, released.error());
+    });
+}
+
 } // extern "C"

@@ -770,6 +770,41 @@ static void case_abort_from_progress_leaves_nothing_imported(void) {
     }
 }
 
+/* wm_importer_import / wm_importer_release: an engine importer composing one of ours calls it
+ * outside a plan; the preconditions and the refusal come back as the planner would see them. */
+static void case_direct_import_and_release_go_through_the_importer(void) {
+    world w;
+    REQUIRE(world_open(&w));
+    w.fake.device_is_host = true;
+    w.fake.refuse_at = 2;
+    w.fake.refuse_reason = "device says no";
+    REQUIRE(world_build(&w));
+    static char page[2 * ALIGN] __attribute__((aligned(ALIGN)));
+    wm_imported_buffer buf;
+    memset(&buf, 0, sizeof buf);
+    REQUIRE_OK(wm_importer_import(w.gpu, page, ALIGN, &buf));
+    CHECK(buf.host_address == (void*)page);
+    CHECK_EQ(buf.size, (uint64_t)ALIGN);
+    CHECK(buf.device_address == (void*)page);
+    CHECK_EQ(buf.native_memory, C_FAKE_NATIVE_MEMORY(0));
+    CHECK_EQ(c_fake_live(&w.fake), 1);
+    /* the second call is refused with the backend's reason, nothing imported */
+    wm_imported_buffer refused;
+    CHECK_STATUS(wm_importer_import(w.gpu, page + ALIGN, ALIGN, &refused), WM_ERROR_IMPORT_FAILED);
+    CHECK(strstr(wm_last_error(), "device says no") != NULL);
+    CHECK_EQ(c_fake_live(&w.fake), 1);
+    /* an unaligned range never reaches the importer */
+    const int calls = w.fake.import_calls;
+    CHECK_STATUS(wm_importer_import(w.gpu, page + 1, ALIGN, &refused), WM_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(w.fake.import_calls, calls);
+    CHECK_STATUS(wm_importer_import(w.gpu, page, ALIGN, NULL), WM_ERROR_INVALID_ARGUMENT);
+    REQUIRE_OK(wm_importer_release(w.gpu, &buf));
+    CHECK_EQ(c_fake_live(&w.fake), 0);
+    CHECK_EQ(w.fake.bad_releases, 0);
+    CHECK_STATUS(wm_importer_release(NULL, &buf), WM_ERROR_INVALID_ARGUMENT);
+    world_close(&w);
+}
+
 int main(void) {
     C_RUN(case_caps_name_and_availability_come_from_the_vtable);
     C_RUN(case_imports_every_run_and_releases_each_once_in_reverse);
@@ -785,5 +820,6 @@ int main(void) {
     C_RUN(case_device_memory_and_policy_decide_the_import);
     C_RUN(case_executor_applies_the_policy_to_the_live_caps);
     C_RUN(case_abort_from_progress_leaves_nothing_imported);
+    C_RUN(case_direct_import_and_release_go_through_the_importer);
     return c_check_finish();
 }
