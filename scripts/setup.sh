@@ -15,6 +15,7 @@ packages=(
   glslc spirv-headers                          # llama.cpp's Vulkan shaders (integrations/llama.cpp)
   time                                         # peak RSS of each llama.cpp run (/usr/bin/time -f %M)
   ccache                                       # llama.cpp: the upstream and series trees share objects
+  g++-11 hipcc                                 # llama.cpp compile-check.sh: nvcc 11.8's host compiler, HIP 5.2
 )
 # npm fetches llama.cpp's source (node-llama-cpp's bundle); Debian's package when npm is absent
 # (a NodeSource nodejs already carries its own npm, and conflicts with Debian's).
