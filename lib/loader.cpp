@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "internal/writable_reopen.hpp"
 #include "planner/import_switch.hpp"
 #include "planner/plan_core.hpp"
 #include "planner/plan_edit.hpp"
@@ -186,6 +187,74 @@ std::string reprotect_after_import(MappedModel& mapping, const Placement& placem
     return "re-protected PROT_READ after importing";
 }
 
+// The importers whose imports in `placement` were refused only for read-only pages
+// (read_only_refusal_marker), quoted; empty when none.
+std::string read_only_refusers(const Placement& placement, Span<Importer* const> importers) {
+    const Plan& plan = placement.plan();
+    std::set<Importer*> refusers;
+    for (const TensorPlacement& t : plan.tensors)
+        if (t.region < plan.regions.size() &&
+            t.reason.find(read_only_refusal_marker) != std::string::npos)
+            if (Importer* importer = importers[plan.regions[t.region].target])
+                refusers.insert(importer);
+    std::string names;
+    for (Importer* importer : refusers)
+        names += fmt::format("{}'{}'", names.empty() ? "" : ", ", importer->name());
+    return names;
+}
+
+// Why the files may not be mapped writable, naming the file; empty when every one may.
+std::string writable_refusal(const std::vector<std::string>& paths, std::string& refused_path) {
+    for (const std::string& path : paths)
+        if (Status s = internal::check_writable(path); !s) {
+            refused_path = path;
+            return s.error().message;
+        }
+    return {};
+}
+
+// Read-only first; where a runtime refused read-only pages, the whole execution again on a
+// writable shared mapping when every file passes the rules. Otherwise the read-only placement
+// stays, those regions copies, and the decision says why.
+// (The pieces of LoadedModel::Impl, which only load_model may name.)
+struct Loaded {
+    const ModelDesc& model;
+    MappingDecision& decision;
+    MappedModel& mapping;
+    Placement& placement;
+};
+
+Status retry_writable(Loaded impl, const Plan& plan, const std::vector<std::string>& paths,
+                      Span<Importer* const> importers, const LoadOptions& options) {
+    const std::string refusers = read_only_refusers(impl.placement, importers);
+    if (refusers.empty()) return {};
+    std::string refused_path;
+    std::string why = writable_refusal(paths, refused_path);
+    Result<MappedModel> writable = make_error(ErrorKind::invalid_argument, why);
+    if (why.empty()) writable = map_files(paths, MappingAccess::writable, importers, options.mapping);
+    if (!writable) {
+        impl.decision.unwritable_path = refused_path;
+        impl.decision.reason = fmt::format("read-only: importer {} {}, and the files may not be "
+                                           "mapped writable: {}; its regions fall back",
+                                           refusers, read_only_refusal_marker,
+                                           writable.error().message);
+        log_message(options.execute.log, LogLevel::warning, impl.decision.reason);
+        return {};
+    }
+    // Released before the read-only mapping goes: a locked range is never unmapped.
+    impl.placement.release_all();
+    impl.mapping = std::move(writable).value();
+    auto placed = execute_plan(impl.model, plan, impl.mapping.files(), importers, options.execute);
+    if (!placed) return std::move(placed).error();
+    impl.placement = std::move(placed).value();
+    impl.decision.access = MappingAccess::writable;
+    impl.decision.reason = fmt::format("writable shared: importer {} {} on the read-only mapping, "
+                                       "and all {} file(s) pass the rules (owned by this uid, "
+                                       "owner-write bit, same inode)",
+                                       refusers, read_only_refusal_marker, paths.size());
+    return {};
+}
+
 } // namespace
 
 Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
@@ -216,10 +285,17 @@ Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
         if (!populated) return std::move(populated).error();
         impl.populate = *populated;
     }
+    const bool read_only = impl.mapping.access() == MappingAccess::read_only;
+    Plan retry_plan = read_only ? plan : Plan{}; // the plan as made, for a writable retry
     auto placed = execute_plan(impl.model, std::move(plan), impl.mapping.files(), importers,
                                options.execute);
     if (!placed) return std::move(placed).error(); // ~LoadedModel unmaps
     impl.placement = std::move(placed).value();
+    if (read_only)
+        if (Status s = retry_writable({impl.model, impl.decision, impl.mapping, impl.placement},
+                                      retry_plan, *paths, importers, options);
+            !s)
+            return std::move(s).error();
     if (impl.mapping.access() == MappingAccess::writable)
         impl.reprotect_note =
             reprotect_after_import(impl.mapping, impl.placement, importers, options);

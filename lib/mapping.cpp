@@ -16,8 +16,11 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/held_ranges.hpp"
 #include "internal/page_size.hpp"
 #include "internal/sys_hooks.hpp"
+#include "internal/writable_reopen.hpp"
+#include "weightmap/log.hpp"
 
 namespace wm {
 
@@ -52,6 +55,19 @@ struct FileMapping {
 
 void unmap(FileMapping& m) noexcept {
     if (m.base == nullptr) return;
+    // A device may still read a locked range: unmapping it would fire the MMU notifier on a
+    // registered range (a fatal fault with XNACK on), so it stays mapped - a leak of address
+    // space, not of correctness - and the engine hears about its wrong teardown order.
+    if (std::string held = internal::held_overlap(m.base, m.length); !held.empty()) {
+        try {
+            log_message({}, LogLevel::error,
+                        "mapping left in place at teardown: " + held +
+                            "; release the placement before the mapping");
+        } catch (...) { // bad_alloc: the mapping still stays, unannounced
+        }
+        m = {};
+        return;
+    }
     if (m.locked) syscalls().unlock(m.base, m.length);
     syscalls().unmap(m.base, m.length);
     m = {};
@@ -94,11 +110,11 @@ Result<FileMapping> map_one(const std::string& path, MappingAccess access,
                             const MappingOptions& options) {
     const std::uint64_t page = host_page_size();
     const bool writable = access == MappingAccess::writable;
-    int fd = syscalls().open_file(path.c_str(), writable ? O_RDWR : O_RDONLY);
+    // Always O_RDONLY first: a writable descriptor is only ever the rules' reopen of this one.
+    int fd = syscalls().open_file(path.c_str(), O_RDONLY);
     if (fd < 0) {
         int err = errno;
-        return make_error(ErrorKind::io, fmt::format("open('{}', {}) failed: {}", path,
-                                                     writable ? "O_RDWR" : "O_RDONLY",
+        return make_error(ErrorKind::io, fmt::format("open('{}', O_RDONLY) failed: {}", path,
                                                      std::strerror(err)));
     }
     struct stat st {};
@@ -118,6 +134,12 @@ Result<FileMapping> map_one(const std::string& path, MappingAccess access,
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("'{}' is {}: nothing to map", path,
                                       S_ISREG(st.st_mode) ? "an empty file" : "not a regular file"));
+    }
+    if (writable) {
+        auto rw = internal::reopen_writable(fd, fmt::format("'{}'", path));
+        syscalls().close_file(fd);
+        if (!rw) return std::move(rw).error();
+        fd = rw->fd;
     }
     FileMapping m;
     m.size = static_cast<std::uint64_t>(st.st_size);
@@ -205,6 +227,15 @@ bool MappedModel::is_read_only() const noexcept { return impl_->read_only; }
 
 Status MappedModel::make_read_only() {
     if (impl_->read_only) return {};
+    // An mprotect of a locked range is an MMU-notifier event the device pays for (docs/hsa.md).
+    for (std::size_t i = 0; i < impl_->mappings.size(); ++i)
+        if (std::string held = internal::held_overlap(impl_->mappings[i].base,
+                                                      impl_->mappings[i].length);
+            !held.empty())
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("mprotect(PROT_READ) of '{}' refused: {}, which must "
+                                          "not see an mprotect while the device may read it",
+                                          impl_->paths[i], held));
     for (std::size_t i = 0; i < impl_->mappings.size(); ++i) {
         FileMapping& m = impl_->mappings[i];
         if (syscalls().protect(m.base, m.length, PROT_READ) != 0) {

@@ -4,21 +4,15 @@
 // defaults when the engine gave none, and applies the import policy.
 #include "weightmap/mapping.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <memory>
 #include <vector>
 
-#include <fcntl.h>
-
 #include <fmt/format.h>
 
-#include "internal/sys_hooks.hpp"
+#include "internal/writable_reopen.hpp"
 #include "weightmap/registry.hpp"
 
 namespace wm {
-
-using internal::syscalls;
 
 MappingDecision decide_mapping(Span<const std::string> paths, Span<Importer* const> importers,
                                ImportPolicy policy) {
@@ -49,17 +43,16 @@ MappingDecision decide_mapping(Span<const std::string> paths, Span<Importer* con
                                       "writable mapping (import_policy {})", to_string(policy));
         return decision;
     }
+    // The mapping's own rules (owner + owner-write bit + same inode), not open(O_RDWR): root
+    // opens a 0444 file O_RDWR, and its owner made it read-only for a reason.
     for (const std::string& path : paths) {
-        int fd = syscalls().open_file(path.c_str(), O_RDWR);
-        if (fd < 0) {
-            int err = errno;
+        if (Status s = internal::check_writable(path); !s) {
             decision.unwritable_path = path;
             decision.reason = fmt::format("read-only: importer {} needs a writable mapping but "
-                                          "weight file not writable: {} (open O_RDWR: {})",
-                                          needing, path, std::strerror(err));
+                                          "weight file not writable: {} ({})",
+                                          needing, path, s.error().message);
             return decision;
         }
-        syscalls().close_file(fd);
     }
     decision.access = MappingAccess::writable;
     decision.reason = fmt::format("writable shared: importer {} needs it and all {} file(s) "

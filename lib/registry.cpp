@@ -17,11 +17,13 @@ std::unique_ptr<Importer> create_cpu() { return make_cpu_importer(); }
 // Sized by its rows: adding an importer is its row here, its folder and its build option; every
 // list of names (create_importer's message, wm-load's --importer) is read from this table.
 const ImporterEntry table[] = {
+    // Never asked up front: HSA maps read-only first and goes writable only after its runtime
+    // refused a read-only lock (load_model's retry), so decide_mapping need not load a runtime.
 #if WEIGHTMAP_HAVE_HSA
-    {"hsa", true, {}, true, &create_default_hsa_importer},
+    {"hsa", true, {}, false, &create_default_hsa_importer},
 #else
     {"hsa", false, "built without the HSA importer (meson -Dhsa=enabled needs libhsa-runtime-dev)",
-     true, nullptr},
+     false, nullptr},
 #endif
 #if WEIGHTMAP_HAVE_CUDA
     // May: it asks for a writable mapping only where the device lacks read-only registration.

@@ -11,8 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "hsa_pages.hpp"
 #include "hsa_runtime.hpp"
 #include "internal/align.hpp"
+#include "internal/held_ranges.hpp"
 #include "backend_factories.hpp"
 #include "internal/dl_resolve.hpp"
 #include "internal/nothrow.hpp"
@@ -86,6 +88,7 @@ public:
         for (const auto& [address, lock] : locks_) {
             bytes += lock.size;
             runtime_->api().memory_unlock(reinterpret_cast<void*>(address));
+            internal::drop_range(reinterpret_cast<void*>(address), lock.size);
         }
         if (!locks_.empty())
             log_message({}, LogLevel::warning,
@@ -98,8 +101,12 @@ public:
 
     ImporterCaps caps() const noexcept override {
         ImporterCaps caps;
-        caps.needs_writable_mapping = true; // HSA locks read-write; PROT_READ fails (measured)
-        caps.alignment = page_;             // an unaligned address fails (measured)
+        // Read-only first: KFD accepts file-backed read-only pages where the runtime allows it,
+        // and a writable mapping makes KFD ask write access of every page (legacy-rocm-build
+        // #6523). A runtime that refuses read-only pages gets a refusal with
+        // read_only_refusal_marker, and the loader retries on a writable mapping.
+        caps.needs_writable_mapping = false;
+        caps.alignment = page_; // an unaligned address fails (measured)
         caps.max_import_size = 0;           // the budget is a refusal, not a size to plan around
         caps.is_cpu = false;
         // Unknown on real hardware, so conservative: KFD registers the user pointer for write
@@ -136,6 +143,8 @@ protected:
             locked_bytes_ += size; // reserved while the runtime works, so concurrent imports
                                    // cannot both pass the budget
         }
+        // Not fatal when it fails: the lock faults in whatever is missing, only slower.
+        (void)hsa::populate_for_lock(host_address, size);
         void* agent_pointer = nullptr;
         const hsa_status_t status =
             runtime_->api().memory_lock(host_address, size, agents_.data(),
@@ -146,22 +155,7 @@ protected:
                 std::lock_guard<std::mutex> guard(mutex_);
                 locked_bytes_ -= size;
             }
-            if (status == HSA_STATUS_SUCCESS)
-                return make_error(ErrorKind::import_failed,
-                                  fmt::format("hsa_amd_memory_lock({}, {:#x}) succeeded but "
-                                              "returned a null agent pointer; unlocked it",
-                                              host_address, size));
-            // The address is aligned here, so a bare HSA_STATUS_ERROR is the other measured
-            // cause: pages without PROT_WRITE.
-            return make_error(
-                ErrorKind::import_failed,
-                fmt::format("hsa_amd_memory_lock({}, {:#x}, {} agent(s)) failed: {}{}",
-                            host_address, size, agents_.size(), runtime_->describe(status),
-                            status == HSA_STATUS_ERROR
-                                ? " (a mapping without PROT_WRITE fails this way: HSA locks "
-                                  "read-write, so map the weights MAP_SHARED with "
-                                  "PROT_READ|PROT_WRITE)"
-                                : ""));
+            return lock_refusal(host_address, size, status);
         }
         // Unlocked again when recording it throws (bad_alloc): no lock may outlive its record.
         internal::Undo unlock([&] {
@@ -173,6 +167,18 @@ protected:
             std::lock_guard<std::mutex> guard(mutex_);
             locks_.emplace(address, Lock{size, agent_pointer});
         }
+        internal::Undo forget([&] {
+            std::lock_guard<std::mutex> guard(mutex_);
+            auto [it, end] = locks_.equal_range(address);
+            for (; it != end; ++it)
+                if (it->second.agent_pointer == agent_pointer) {
+                    locks_.erase(it);
+                    break;
+                }
+        });
+        // So the mapping layer never mprotects or munmaps it while the device may read it.
+        internal::hold_range(host_address, size, "hsa");
+        forget.dismiss();
         unlock.dismiss();
         ImportedBuffer buffer;
         buffer.host_address = host_address;
@@ -182,7 +188,30 @@ protected:
         return buffer;
     }
 
+    // Why a lock failed. The address is aligned here, so a bare HSA_STATUS_ERROR over pages
+    // without PROT_WRITE is the runtime refusing a read-only lock (measured on older ROCm):
+    // the marker lets the loader retry on a writable mapping.
+    Error lock_refusal(void* host_address, std::uint64_t size, hsa_status_t status) const {
+        if (status == HSA_STATUS_SUCCESS)
+            return make_error(ErrorKind::import_failed,
+                              fmt::format("hsa_amd_memory_lock({}, {:#x}) succeeded but returned "
+                                          "a null agent pointer; unlocked it",
+                                          host_address, size));
+        const bool read_only =
+            status == HSA_STATUS_ERROR && !hsa::range_writable(host_address, size);
+        return make_error(
+            ErrorKind::import_failed,
+            fmt::format("hsa_amd_memory_lock({}, {:#x}, {} agent(s)) failed: {}{}", host_address,
+                        size, agents_.size(), runtime_->describe(status),
+                        read_only ? fmt::format(" (the HSA runtime {}: the pages are mapped "
+                                                "without PROT_WRITE; a writable MAP_SHARED "
+                                                "mapping of the file may lock)",
+                                                read_only_refusal_marker)
+                                  : std::string{}));
+    }
+
 public:
+    std::size_t agent_count() const noexcept { return agents_.size(); }
 
     // Formatting a message can throw bad_alloc, which a noexcept release must not let out:
     // status_nothrow turns it into out_of_memory. Nothing after the erase throws but the
@@ -194,6 +223,7 @@ public:
                                   "hsa release: this importer is not available and holds no locks");
             if (Status forgotten = forget_lock(buffer); !forgotten) return forgotten;
             const hsa_status_t status = runtime_->api().memory_unlock(buffer.host_address);
+            internal::drop_range(buffer.host_address, buffer.size);
             {
                 // Only now: until the runtime has unlocked, the pages count against the budget.
                 std::lock_guard<std::mutex> guard(mutex_);
@@ -323,6 +353,19 @@ std::unique_ptr<Importer> create_default_hsa_importer() {
     // Default params name no agents, so this cannot fail; stay non-null whatever happens.
     if (!importer) return unavailable(importer.error().message);
     return std::move(importer).value();
+}
+
+Result<std::uint32_t> hsa_lock_agent_count(const Importer& hsa_importer) {
+    const auto* hsa = dynamic_cast<const HsaImporter*>(&hsa_importer);
+    if (hsa == nullptr)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("hsa_lock_agent_count: importer '{}' was not made by "
+                                      "make_hsa_importer", hsa_importer.name()));
+    if (!hsa->available().available)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("hsa importer not available: {}",
+                                      hsa->available().reason));
+    return static_cast<std::uint32_t>(hsa->agent_count());
 }
 
 Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,

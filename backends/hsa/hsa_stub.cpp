@@ -22,4 +22,8 @@ Result<HsaLockedRange> hsa_lock_superset(Importer&, const void*, std::uint64_t) 
     return built_without_hsa();
 }
 
+Result<std::uint32_t> hsa_lock_agent_count(const Importer&) {
+    return built_without_hsa();
+}
+
 } // namespace wm

@@ -16,12 +16,20 @@
 
 namespace wm {
 
+/// The phrase an import() refusal carries (ErrorKind::import_failed) when the runtime refused the
+/// range only because its pages are not writable, so the same file mapped writable shared would
+/// import: an HSA runtime that locks read-write. load_model looks for it in the fallback reasons
+/// and retries on a writable mapping where map_file_writable_shared's rules allow (mapping.hpp);
+/// an engine's own loader and its logs can do the same.
+inline constexpr std::string_view read_only_refusal_marker = "refused a read-only lock";
+
 /// What an importer needs and can do. Plain data (trivially copyable; the notes that explain it
 /// are ImporterNotes); copy freely.
 struct ImporterCaps {
-    /// The import needs PROT_WRITE pages (HSA locks read-write: a PROT_READ mapping fails with a
-    /// bare HSA_STATUS_ERROR). Only non-CPU importers may set it; it is what makes the mapping
-    /// policy open weight files O_RDWR.
+    /// The import always needs PROT_WRITE pages. Only non-CPU importers may set it; it is what
+    /// makes the mapping policy map weight files writable from the start. An importer that only
+    /// sometimes needs them (HSA: it depends on the runtime) leaves it false and refuses with
+    /// read_only_refusal_marker instead, so read-only is tried first.
     bool needs_writable_mapping = false;
     /// Required alignment of both the start address and the size of an import, in bytes; a power
     /// of two. The planner aligns every extent to max(page size, alignment).

@@ -73,6 +73,12 @@ private:
 /// system call (missing, directory, empty, permission, mmap/mlock), or the tensor that ends past
 /// its file's real end. Import refusals are fallbacks, not errors. Nothing stays mapped, locked
 /// or imported when it fails.
+/// Read-only first: the files are mapped writable up front only for an importer whose caps need
+/// it. When an import on the read-only mapping is refused with read_only_refusal_marker (an HSA
+/// runtime that locks read-write only), the whole execution is released and redone on a
+/// writable shared mapping, if every file passes map_file_writable_shared's rules (the caller
+/// owns it, owner-write bit, same inode); otherwise the read-only placement stays, those
+/// regions are copies, and mapping_decision() names the file and the rule.
 WM_API Result<LoadedModel> load_model(ModelDesc model, Span<Importer* const> importers,
                                const LoadOptions& options = {});
 

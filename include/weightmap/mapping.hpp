@@ -3,8 +3,9 @@
 // when an importer needs it, never private-writable, never left writable longer than needed.
 //
 // Why these rules (measured upstream, docs/mapping.md has the measurements):
-// * HSA locks pages read-write: hsa_amd_memory_lock of a PROT_READ mapping fails, so an HSA
-//   import needs PROT_READ|PROT_WRITE.
+// * Some runtimes lock only writable pages (older ROCm: hsa_amd_memory_lock of a PROT_READ
+//   mapping fails). The loader maps read-only first and goes writable only for such a refusal,
+//   and only under the rules of map_file_writable_shared (owner, owner-write bit, same inode).
 // * It must be MAP_SHARED. MAP_POPULATE and mlock fault pages in with write intent, which breaks
 //   copy-on-write on a private writable mapping and copies the whole file into anonymous memory
 //   (+1024 MiB RssAnon for a 1 GiB file). A shared mapping keeps every page in the page cache.
@@ -31,7 +32,9 @@ namespace wm {
 /// for a private writable mapping.
 enum class MappingAccess {
     read_only, ///< O_RDONLY, PROT_READ, MAP_SHARED (the default)
-    writable,  ///< O_RDWR, PROT_READ|PROT_WRITE, MAP_SHARED (only when an importer needs it)
+    /// PROT_READ|PROT_WRITE, MAP_SHARED (only when an importer needs it), opened O_RDONLY and
+    /// reopened O_RDWR under map_file_writable_shared's rules
+    writable,
 };
 WM_API const char* to_string(MappingAccess access) noexcept;
 
@@ -40,15 +43,16 @@ struct MappingDecision {
     MappingAccess access = MappingAccess::read_only;
     /// One line: which importer asked for writable pages and whether every file allowed it.
     std::string reason;
-    /// Set when an importer needed a writable mapping but this file could not be opened O_RDWR;
+    /// Set when an importer needed a writable mapping but this file's rules refused it;
     /// the regions of such importers fall back with "weight file not writable: PATH".
     std::string unwritable_path;
 };
 
 /// Decides the mapping of a model of `paths` (all shards: the rule is all-or-nothing) for
 /// `importers`. Writable only when at least one available, non-CPU importer has
-/// caps().needs_writable_mapping and every file can be opened O_RDWR (probed with open(2), which
-/// — unlike access(W_OK) for root — also sees read-only mounts). An empty `importers` means the
+/// caps().needs_writable_mapping and every file passes map_file_writable_shared's rules: owned by
+/// the effective uid with the owner-write bit (not open(O_RDWR), which root passes on a 0444
+/// file), then reopened O_RDWR through /proc/self/fd (which also sees read-only mounts). An empty `importers` means the
 /// registry's defaults (upstream's first version only walked the explicit list and so never saw
 /// the capability). An importer whose caps `policy` refuses (a discrete or unknown device under
 /// unified_only: it will not import) does not count. Never fails: an unreadable file is the
@@ -56,6 +60,20 @@ struct MappingDecision {
 WM_API MappingDecision decide_mapping(Span<const std::string> paths,
                                       Span<Importer* const> importers,
                                       ImportPolicy policy = ImportPolicy::unified_only);
+
+/// Makes a writable MAP_SHARED mapping of the file open read-only at `fd`, for an importer whose
+/// runtime refused to lock read-only pages. `fd` stays the caller's. Reopens the file through
+/// /proc/self/fd/N with O_RDWR|O_CLOEXEC only when (a) the process's effective uid owns it AND
+/// its mode has the owner-write bit (root's override of mode bits is not taken: a 0444 file
+/// owned by root stays read-only for root), and (b) the reopened descriptor is the same inode
+/// (st_dev, st_ino) as `fd`; then maps [0, length) PROT_READ|PROT_WRITE, MAP_SHARED, at a
+/// page-aligned address, and closes the reopened descriptor (the mapping keeps the file).
+/// `length` 0: the whole file; more than the file's size is refused (past the end a shared
+/// mapping raises SIGBUS). The result's length is `length` rounded up to pages; the caller
+/// unmaps it with munmap(base, length). Never throws: a rule's refusal is invalid_argument
+/// naming the file and the rule, a failing system call is io (EROFS: a read-only mount).
+/// Thread-safe.
+WM_API Result<MappedFile> map_file_writable_shared(int fd, std::uint64_t length = 0) noexcept;
 
 enum class AccessHint { normal, random, sequential };
 
@@ -72,7 +90,8 @@ struct MappingOptions {
 };
 
 /// The mappings of one model's files. Owns them: destruction unlocks and unmaps in reverse
-/// order. Move-only. Not thread-safe to mutate (make_read_only) while another thread reads
+/// order; a mapping an importer still holds locked (an HSA lock: the device may read it) is
+/// left mapped instead, with an error through the log callback - release the placement first. Move-only. Not thread-safe to mutate (make_read_only) while another thread reads
 /// files(); reading the mapped bytes from any thread is fine.
 class WM_API MappedModel {
 public:
@@ -99,7 +118,8 @@ public:
     /// Drops a writable mapping to PROT_READ (mprotect) so a stray store faults instead of
     /// corrupting the file. Call it only when every importer that imported from the mapping
     /// declares survives_read_only_reprotect. Idempotent; on failure the mapping stays writable
-    /// and the error names the file.
+    /// and the error names the file. Refused (invalid_argument, nothing mprotected) while any
+    /// byte of the mapping is locked by an importer that must not see an mprotect (HSA).
     Status make_read_only();
 
 private:

@@ -21,8 +21,9 @@ struct ImporterEntry {
     std::string_view name;       ///< what create_importer() takes, e.g. "cpu"
     bool built = false;          ///< compiled into this build (Meson feature option)
     std::string_view build_note; ///< when !built: which option or package was missing
-    /// Static caps: an importer of this entry may ask for a writable mapping (HSA locks
-    /// read-write). decide_mapping() with no importer list creates only such entries' importers
+    /// Static caps: an importer of this entry may ask for a writable mapping up front
+    /// (caps().needs_writable_mapping; CUDA without read-only registration). HSA does not: it
+    /// maps read-only first. decide_mapping() with no importer list creates only such entries' importers
     /// (to ask whether they are available), never a Vulkan device or an HSA runtime for nothing.
     bool may_need_writable_mapping = false;
     /// Creates the importer with its default configuration (HSA: the runtime found by dlopen and

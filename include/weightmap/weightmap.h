@@ -393,6 +393,19 @@ typedef struct wm_mapped_file {
     uint64_t length;
 } wm_mapped_file;
 
+/* Makes a writable MAP_SHARED mapping of the file open read-only at `fd` (which stays the
+ * caller's), for a runtime that refused to lock read-only pages (backends/hsa.h). Reopens it
+ * through /proc/self/fd/N with O_RDWR|O_CLOEXEC only when (a) the process's effective uid owns
+ * the file AND its mode has the owner-write bit (root's override of mode bits is not taken: a
+ * 0444 file owned by root stays read-only for root), and (b) the reopened descriptor is the same
+ * inode as `fd`; then maps [0, length) PROT_READ|PROT_WRITE at a page-aligned address. `length`
+ * 0: the whole file; more than its size is WM_ERROR_INVALID_ARGUMENT. On success out->base is
+ * the mapping and out->length `length` rounded up to pages: the caller unmaps it with
+ * munmap(out->base, out->length). On failure *out is zeroed and wm_last_error names the file and
+ * the rule that refused (WM_ERROR_INVALID_ARGUMENT) or the failing system call (WM_ERROR_IO;
+ * EROFS: a read-only mount). Thread-safe. */
+WM_API wm_status wm_map_file_writable_shared(int fd, uint64_t length, wm_mapped_file* out);
+
 /* After each import: bytes imported so far and in total. Return false to abort. */
 typedef bool (*wm_progress_fn)(void* user, uint64_t done, uint64_t total);
 

@@ -98,6 +98,19 @@ wm_status wm_decide_mapping_for_policy(const char* const* paths, uint32_t path_c
     });
 }
 
+wm_status wm_map_file_writable_shared(int fd, uint64_t length, wm_mapped_file* out) {
+    static constexpr const char* fn = "wm_map_file_writable_shared";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(out, fn, "out", status)) return status;
+        *out = wm_mapped_file{nullptr, 0};
+        auto mapped = wm::map_file_writable_shared(fd, length);
+        if (!mapped) return fail(fn, mapped.error());
+        *out = wm_mapped_file{mapped->base, mapped->length};
+        return WM_OK;
+    });
+}
+
 void wm_mapping_decision_destroy(wm_mapping_decision* decision) { delete decision; }
 
 wm_mapping_access wm_mapping_decision_access(const wm_mapping_decision* decision) {

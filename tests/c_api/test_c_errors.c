@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "c_fake_importer.h"
+#include "weightmap/backends/hsa.h" /* links in every build, HSA or not */
 
 #define KiB UINT64_C(1024)
 #define MiB (UINT64_C(1024) * 1024)
@@ -219,6 +220,22 @@ static void case_importer_creation_errors(void) {
         CHECK(out == SENTINEL(wm_importer));
         CHECK(strlen(wm_last_error()) > strlen("hsa"));
         CHECK_CONTAINS(wm_last_error(), "hsa");
+        /* backends/hsa.h: built without HSA, creating fails; built with it, the importer exists
+         * but is unavailable, and the agent count says so. Either way: unsupported. */
+        wm_importer* hsa = NULL;
+        const wm_status made = wm_importer_create_hsa(NULL, &hsa);
+        CHECK(made == WM_OK || made == WM_ERROR_UNSUPPORTED);
+        uint32_t agents = 7;
+        if (made == WM_OK) {
+            CHECK(!wm_importer_available(hsa, NULL));
+            CHECK_STATUS(wm_hsa_gpu_agent_count(hsa, &agents), WM_ERROR_UNSUPPORTED);
+            CHECK_CONTAINS(wm_last_error(), "not available");
+            wm_importer_destroy(hsa);
+        } else {
+            CHECK_CONTAINS(wm_last_error(), "built without HSA support");
+            CHECK(hsa == NULL);
+        }
+        CHECK_EQ(agents, 7);
     } else {
         printf("note: /dev/kfd exists, the 'hsa' unsupported check is skipped\n");
     }

@@ -38,8 +38,14 @@ static bool writer_create(writer* w, bool available) {
 }
 
 /* What the policy must decide for `paths`, probed with open(2) like the policy does. */
+/* The rule the library applies (wm_map_file_writable_shared): owned by our effective uid, with
+ * the owner-write bit, and openable O_RDWR (a read-only mount is not). Not open(O_RDWR) alone:
+ * root passes that on a 0444 file. */
 static const char* first_unwritable(const char* const* paths, uint32_t count) {
     for (uint32_t i = 0; i < count; ++i) {
+        struct stat st;
+        if (stat(paths[i], &st) != 0 || st.st_uid != geteuid() || (st.st_mode & S_IWUSR) == 0)
+            return paths[i];
         const int fd = open(paths[i], O_RDWR);
         if (fd < 0) return paths[i];
         close(fd);
@@ -139,8 +145,10 @@ static void case_one_unwritable_shard_keeps_the_whole_model_read_only(void) {
     char a[512], b[512];
     REQUIRE(c_temp_file(MiB, 1, a));
     REQUIRE(c_temp_file(MiB, 2, b));
-    REQUIRE(chmod(a, 0666) == 0); /* writable by anyone */
-    REQUIRE(chmod(b, 0444) == 0); /* writable by no one but root */
+    /* a: nobody's own file when we are root; b: 0444, which its owner made read-only. */
+    if (geteuid() == 0) REQUIRE(chown(a, 65534, 65534) == 0);
+    REQUIRE(chmod(a, 0644) == 0);
+    REQUIRE(chmod(b, 0444) == 0);
     shard_check s = {{a, b}};
     const int status = c_in_child(decide_as_unprivileged, &s);
     REQUIRE(WIFEXITED(status));

@@ -51,6 +51,10 @@ public:
         bind(last_lock_agents_, "fake_hsa_last_lock_agents");
         bind(agent_handle_, "fake_hsa_agent_handle");
         bind(agent_aperture_, "fake_hsa_agent_aperture");
+        bind(set_refuse_read_only_, "fake_hsa_set_refuse_read_only");
+        bind(lock_record_count_, "fake_hsa_lock_record_count");
+        bind(lock_record_, "fake_hsa_lock_record");
+        bind(overlaps_lock_, "fake_hsa_overlaps_lock");
     }
     // The handle is deliberately never closed (see above).
     FakeHsa(const FakeHsa&) = delete;
@@ -77,6 +81,25 @@ public:
         int n = last_lock_agents_(out.data(), static_cast<int>(out.size()));
         out.resize(static_cast<std::size_t>(n));
         return out;
+    }
+    /// Refuse locks of pages mapped without PROT_WRITE (HSA_STATUS_ERROR), as a runtime that
+    /// locks read-write only; the default accepts them.
+    void set_refuse_read_only(bool refuse) { set_refuse_read_only_(refuse ? 1 : 0); }
+    /// A lock call as the fake saw its pages: how many, how many were in the page cache
+    /// (mincore) and how many mapped in the process (pagemap) at that moment.
+    struct LockRecord {
+        std::uint64_t pages = 0, resident = 0, mapped = 0;
+    };
+    /// The lock calls since the last reset that reached the page checks, in order.
+    std::vector<LockRecord> lock_records() const {
+        std::vector<LockRecord> out(static_cast<std::size_t>(lock_record_count_()));
+        for (std::size_t i = 0; i < out.size(); ++i)
+            lock_record_(static_cast<long>(i), &out[i].pages, &out[i].resident, &out[i].mapped);
+        return out;
+    }
+    /// Whether any byte of [host, host + size) is in a live lock.
+    bool overlaps_lock(const void* host, std::uint64_t size) const {
+        return overlaps_lock_(host, size) != 0;
     }
     /// 0: the CPU agent; 1..: the GPU agents.
     std::uint64_t agent_handle(int index) const { return agent_handle_(index); }
@@ -112,6 +135,10 @@ private:
     int (*last_lock_agents_)(std::uint64_t*, int) = nullptr;
     std::uint64_t (*agent_handle_)(int) = nullptr;
     std::uint64_t (*agent_aperture_)() = nullptr;
+    void (*set_refuse_read_only_)(int) = nullptr;
+    long (*lock_record_count_)() = nullptr;
+    int (*lock_record_)(long, std::uint64_t*, std::uint64_t*, std::uint64_t*) = nullptr;
+    int (*overlaps_lock_)(const void*, std::uint64_t) = nullptr;
 };
 
 } // namespace wm::test

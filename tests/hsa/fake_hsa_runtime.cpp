@@ -3,18 +3,27 @@
 // entry points the importer uses with the real signatures (the HSA headers declare them, so a
 // drift fails to compile) and enforces what the real runtime does, as measured upstream:
 //   * hsa_amd_memory_lock of an address that is not page-aligned fails with HSA_STATUS_ERROR;
-//   * so does a range whose pages are not all writable (checked in /proc/self/maps);
+//   * so does a range whose pages are not all writable (checked in /proc/self/maps), when it is
+//     told to behave like a runtime that locks read-write only (fake_hsa_set_refuse_read_only,
+//     or WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=1 at load and reset); by default it accepts
+//     read-only pages, as KFD does for file-backed pages;
 //   * every lock needs an unlock: hsa_shut_down and library unload report live locks, and unload
 //     ends the process with status 1 so a leak can never pass silently.
+// It records, for every lock call that reaches the page checks, how many of the range's pages
+// were in the page cache (mincore) and mapped in the process (/proc/self/pagemap), so a test
+// can prove the importer populated the range before locking it.
 // Tests steer it through the fake_hsa_* functions (looked up with dlsym).
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <hsa/hsa.h>
@@ -47,6 +56,16 @@ struct LiveLock {
     std::size_t size;
 };
 
+// One lock call as the runtime saw its pages.
+struct LockRecord {
+    std::uint64_t pages, resident, mapped;
+};
+
+bool refuse_read_only_from_env() {
+    const char* v = std::getenv("WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 struct State {
     std::mutex mutex;
     // configuration
@@ -55,12 +74,14 @@ struct State {
     MemoryModel memory_model = newer_apu;
     long fail_lock_at = 0; // 1-based count of lock calls from the last setting; 0: never
     hsa_status_t fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    bool refuse_read_only = refuse_read_only_from_env();
     // observation
     int init_count = 0;
     long lock_calls = 0, lock_calls_since_fail_set = 0, unlock_calls = 0, bad_unlocks = 0;
     long leaked_at_shutdown = 0;
     std::vector<std::uint64_t> last_lock_agents;
     std::vector<LiveLock> locks;
+    std::vector<LockRecord> records; // since the last reset
 };
 
 // Never destroyed: report_leaks() runs after the exit handlers that destroy statics.
@@ -92,6 +113,29 @@ bool range_writable(std::uintptr_t begin, std::uintptr_t end) {
     }
     std::fclose(maps);
     return covered >= end;
+}
+
+// Pages of [begin, begin + pages * page) resident in the page cache, by mincore.
+std::uint64_t resident_pages(std::uintptr_t begin, std::uint64_t pages, std::uintptr_t page) {
+    std::vector<unsigned char> vec(pages);
+    if (mincore(reinterpret_cast<void*>(begin), pages * page, vec.data()) != 0) return 0;
+    std::uint64_t n = 0;
+    for (unsigned char v : vec) n += v & 1u;
+    return n;
+}
+
+// Pages of the range with a page-table entry in this process (/proc/self/pagemap bit 63).
+std::uint64_t mapped_pages(std::uintptr_t begin, std::uint64_t pages, std::uintptr_t page) {
+    const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    std::vector<std::uint64_t> entries(pages);
+    const auto bytes = static_cast<ssize_t>(pages * sizeof(std::uint64_t));
+    const bool ok = pread(fd, entries.data(), static_cast<std::size_t>(bytes),
+                          static_cast<off_t>(begin / page * sizeof(std::uint64_t))) == bytes;
+    close(fd);
+    std::uint64_t n = 0;
+    for (std::uint64_t e : entries) n += ok && (e >> 63) != 0;
+    return n;
 }
 
 // Runs at library unload (process exit: the tests keep their own handle open).
@@ -237,7 +281,10 @@ hsa_status_t HSA_API hsa_amd_memory_lock(void* host_ptr, size_t size, hsa_agent_
     const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
     // Both measured on the real runtime: a bare HSA_STATUS_ERROR, nothing more specific.
     if (host % page != 0) return HSA_STATUS_ERROR;
-    if (size > UINTPTR_MAX - host || !range_writable(host, host + size)) return HSA_STATUS_ERROR;
+    if (size > UINTPTR_MAX - host) return HSA_STATUS_ERROR;
+    const std::uint64_t pages = (size + page - 1) / page;
+    s.records.push_back({pages, resident_pages(host, pages, page), mapped_pages(host, pages, page)});
+    if (s.refuse_read_only && !range_writable(host, host + size)) return HSA_STATUS_ERROR;
     if (s.fail_lock_at != 0 && s.lock_calls_since_fail_set == s.fail_lock_at)
         return s.fail_lock_status;
     s.locks.push_back({host, size});
@@ -276,8 +323,48 @@ void fake_hsa_reset() {
     s.memory_model = newer_apu;
     s.fail_lock_at = 0;
     s.fail_lock_status = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    s.refuse_read_only = refuse_read_only_from_env();
     s.lock_calls = s.lock_calls_since_fail_set = s.unlock_calls = 0;
     s.last_lock_agents.clear();
+    s.records.clear();
+}
+
+/// 1: refuse (HSA_STATUS_ERROR) a lock of pages without 'w' in /proc/self/maps, as a runtime
+/// that locks read-write only does; 0: accept them. Reset restores
+/// $WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY (1: refuse; the default accepts).
+void fake_hsa_set_refuse_read_only(int refuse) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    state().refuse_read_only = refuse != 0;
+}
+
+/// Lock calls recorded since the last reset (those past the argument and alignment checks).
+long fake_hsa_lock_record_count() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return static_cast<long>(state().records.size());
+}
+
+/// Record `index` (0-based, since the last reset): the range's pages, and how many of them were
+/// in the page cache (mincore) and mapped in the process (pagemap) when the lock was called.
+/// Returns 0 for an index out of range.
+int fake_hsa_lock_record(long index, std::uint64_t* pages, std::uint64_t* resident,
+                         std::uint64_t* mapped) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    const auto& records = state().records;
+    if (index < 0 || static_cast<std::size_t>(index) >= records.size()) return 0;
+    const LockRecord& r = records[static_cast<std::size_t>(index)];
+    *pages = r.pages;
+    *resident = r.resident;
+    *mapped = r.mapped;
+    return 1;
+}
+
+/// Whether any byte of [host, host + size) lies in a live lock.
+int fake_hsa_overlaps_lock(const void* host, std::uint64_t size) {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    const auto begin = reinterpret_cast<std::uintptr_t>(host);
+    for (const LiveLock& l : state().locks)
+        if (l.host < begin + size && begin < l.host + l.size) return 1;
+    return 0;
 }
 
 /// hsa_init returns `status` (an hsa_status_t) without initialising; HSA_STATUS_SUCCESS restores.

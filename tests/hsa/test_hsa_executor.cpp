@@ -152,9 +152,10 @@ TEST_CASE("a failure at the N-th lock turns only that run into a fallback", "[hs
     CHECK(fake.misuse_count() == 0);
 }
 
-TEST_CASE("read-only mappings make every HSA region fall back with the runtime's reason",
-          "[hsa][executor]") {
+TEST_CASE("read-only mappings make every HSA region fall back with the runtime's reason, on a "
+          "runtime that refuses read-only pages", "[hsa][executor]") {
     FakeHsa& fake = FakeHsa::fresh();
+    fake.set_refuse_read_only(true);
     auto hsa = fake.importer();
     auto cpu = make_cpu_importer();
     Model m(*hsa, *cpu);
@@ -171,7 +172,7 @@ TEST_CASE("read-only mappings make every HSA region fall back with the runtime's
         }
         CHECK(r.decision == Decision::fallback);
         CHECK_THAT(r.reason, Catch::Contains("HSA_STATUS_ERROR: A generic error has occurred.") &&
-                                 Catch::Contains("PROT_WRITE"));
+                                 Catch::Contains(std::string(read_only_refusal_marker)));
     }
     CHECK(warnings.size() == 3); // one per refused run: file 0's two, file 1's one
     CHECK(fake.live_locks() == 0);
@@ -202,7 +203,7 @@ TEST_CASE("the lock budget turns an over-budget region into a fallback", "[hsa][
     CHECK(fake.live_locks() == 0);
 }
 
-TEST_CASE("through MappedModel: HSA asks for a writable shared mapping and imports from it",
+TEST_CASE("through MappedModel: HSA imports from the read-only mapping the policy now picks",
           "[hsa][executor][mapping]") {
     FakeHsa& fake = FakeHsa::fresh();
     auto hsa = fake.importer();
@@ -212,8 +213,7 @@ TEST_CASE("through MappedModel: HSA asks for a writable shared mapping and impor
     std::vector<Importer*> importers{hsa.get(), cpu.get()};
 
     MappingDecision decision = decide_mapping(paths, importers);
-    CHECK(decision.access == MappingAccess::writable);
-    CHECK_THAT(decision.reason, Catch::Contains("'hsa'"));
+    CHECK(decision.access == MappingAccess::read_only); // read-only first
     auto mapped = MappedModel::open(paths, decision.access);
     REQUIRE(mapped.ok());
     {
@@ -221,19 +221,23 @@ TEST_CASE("through MappedModel: HSA asks for a writable shared mapping and impor
         REQUIRE(placed.ok());
         CHECK(placed->plan().totals.fallback_bytes == 0);
         CHECK(fake.live_locks() == 3);
-        // HSA does not declare survives_read_only_reprotect, so the mapping stays writable.
-        CHECK_FALSE(hsa->caps().survives_read_only_reprotect);
-        CHECK_FALSE(mapped->is_read_only());
     }
     CHECK(fake.live_locks() == 0);
 
-    // Forced read-only (what a read-only model file gets): the import falls back, nothing leaks.
-    auto read_only = MappedModel::open(paths, MappingAccess::read_only);
-    REQUIRE(read_only.ok());
-    ExecuteOptions quiet;
-    quiet.log = [](LogLevel, std::string_view) {};
-    auto placed = execute_plan(m.model, m.plan(), read_only->files(), importers, quiet);
+    // A runtime that refuses read-only pages imports from a writable shared mapping.
+    fake.set_refuse_read_only(true);
+    auto writable = MappedModel::open(paths, MappingAccess::writable);
+    REQUIRE(writable.ok());
+    auto placed = execute_plan(m.model, m.plan(), writable->files(), importers);
     REQUIRE(placed.ok());
-    CHECK(placed->plan().totals.imported_bytes == 0);
+    CHECK(placed->plan().totals.fallback_bytes == 0);
+    CHECK(fake.live_locks() == 3);
+    // HSA does not declare survives_read_only_reprotect, and its locks are held: no mprotect.
+    CHECK_FALSE(hsa->caps().survives_read_only_reprotect);
+    Status reprotect = writable->make_read_only();
+    REQUIRE_FALSE(reprotect.ok());
+    CHECK_THAT(reprotect.error().message, Catch::Contains("locked by the hsa importer"));
+    CHECK_FALSE(writable->is_read_only());
+    placed->release_all();
     CHECK(fake.live_locks() == 0);
 }

@@ -46,7 +46,7 @@ TEST_CASE("an importer on the fake runtime is available with the HSA caps", "[hs
         CHECK(a.available);
         CHECK(a.reason.empty());
         ImporterCaps caps = hsa->caps();
-        CHECK(caps.needs_writable_mapping);
+        CHECK_FALSE(caps.needs_writable_mapping); // read-only first
         CHECK(caps.alignment == page);
         CHECK(caps.max_import_size == 0);
         CHECK_FALSE(caps.is_cpu);
@@ -262,8 +262,22 @@ TEST_CASE("an unaligned request is refused before the runtime sees it", "[hsa]")
     CHECK(fake.lock_calls() == 0);
 }
 
-TEST_CASE("a read-only mapping fails with the runtime's status string and a hint", "[hsa]") {
+TEST_CASE("a runtime that accepts read-only pages locks a PROT_READ mapping as it is", "[hsa]") {
     FakeHsa& fake = FakeHsa::fresh();
+    wm::test::TempFile file(8 * page);
+    FileMapping ro(file.path(), file.size(), false);
+    auto hsa = fake.importer();
+    auto imported = hsa->import(ro.base(), 2 * page);
+    REQUIRE(imported.ok());
+    CHECK(fake.is_locked(ro.base(), 2 * page));
+    CHECK(hsa->release(imported.value()).ok());
+    CHECK(fake.live_locks() == 0);
+}
+
+TEST_CASE("a runtime that refuses read-only pages: import_failed saying it refused a read-only "
+          "lock", "[hsa]") {
+    FakeHsa& fake = FakeHsa::fresh();
+    fake.set_refuse_read_only(true);
     wm::test::TempFile file(8 * page);
     FileMapping ro(file.path(), file.size(), false);
     auto hsa = fake.importer();
@@ -273,9 +287,18 @@ TEST_CASE("a read-only mapping fails with the runtime's status string and a hint
     CHECK_THAT(imported.error().message,
                Catch::Contains("hsa_amd_memory_lock") &&
                    Catch::Contains("HSA_STATUS_ERROR: A generic error has occurred.") &&
+                   Catch::Contains(std::string(read_only_refusal_marker)) &&
                    Catch::Contains("PROT_WRITE"));
     CHECK(fake.lock_calls() == 1);
     CHECK(fake.live_locks() == 0);
+
+    // The same status on writable pages is not a read-only refusal: no writable retry for it.
+    WritableFile f;
+    fake.set_fail_lock_at(1, HSA_STATUS_ERROR);
+    auto generic = hsa->import(f.map.base(), page);
+    REQUIRE_FALSE(generic.ok());
+    CHECK_THAT(generic.error().message, Catch::Contains("HSA_STATUS_ERROR:") &&
+                                            !Catch::Contains(std::string(read_only_refusal_marker)));
 }
 
 TEST_CASE("an injected lock failure carries its status string and leaves nothing locked",

@@ -98,8 +98,10 @@ TEST_CASE("a locked range moves with its lock and unlocks exactly once", "[hsa]"
     CHECK(fake.misuse_count() == 0);
 }
 
-TEST_CASE("a read-only mapping fails the superset lock and leaves nothing locked", "[hsa]") {
+TEST_CASE("a read-only mapping fails the superset lock on a runtime that refuses read-only "
+          "pages and leaves nothing locked", "[hsa]") {
     FakeHsa& fake = FakeHsa::fresh();
+    fake.set_refuse_read_only(true);
     wm::test::TempFile file(8 * page);
     FileMapping ro(file.path(), file.size(), false);
     auto hsa = fake.importer();
@@ -108,7 +110,8 @@ TEST_CASE("a read-only mapping fails the superset lock and leaves nothing locked
     CHECK(locked.error().kind == ErrorKind::import_failed);
     CHECK_THAT(locked.error().message,
                Catch::Contains("hsa_lock_superset(") &&
-                   Catch::Contains("HSA_STATUS_ERROR: A generic error has occurred."));
+                   Catch::Contains("HSA_STATUS_ERROR: A generic error has occurred.") &&
+                   Catch::Contains(std::string(read_only_refusal_marker)));
     CHECK(fake.lock_calls() == 1);
     CHECK(fake.live_locks() == 0);
 }

@@ -11,7 +11,8 @@
 // is not available.
 //
 // Declared and defined always. In a build without the HSA importer (meson -Dhsa=disabled, or no
-// HSA headers of libhsa-runtime-dev) make_hsa_importer() and hsa_lock_superset() return
+// HSA headers of libhsa-runtime-dev) make_hsa_importer(), hsa_lock_superset() and
+// hsa_lock_agent_count() return
 // ErrorKind::unsupported, "unavailable: built without HSA support (...)", so an engine links
 // against any build. registry.hpp's importer_registry() says whether it is built.
 #pragma once
@@ -57,18 +58,26 @@ struct HsaImporterParams {
 /// Makes an HSA importer: loads the runtime, calls hsa_init once (the runtime reference-counts
 /// it, so an engine's own hsa_init is unaffected) and settles the agents.
 ///
-/// Caps: needs_writable_mapping = true (hsa_amd_memory_lock locks read-write; a PROT_READ
-/// mapping fails with a bare HSA_STATUS_ERROR, measured upstream), alignment = the host page size
-/// (an unaligned address fails the same way), max_import_size = 0, is_cpu = false,
-/// survives_read_only_reprotect = false (unknown on real hardware: the KFD user-pointer path
-/// registers the range for write access, and an mprotect of a locked range may invalidate or
-/// evict it; see docs/hsa.md).
+/// Caps: needs_writable_mapping = false (read-only first: a runtime that accepts file-backed
+/// read-only pages locks them as they are, and a writable mapping would make KFD ask write
+/// access of every page), alignment = the host page size (an unaligned address fails with a
+/// bare HSA_STATUS_ERROR), max_import_size = 0, is_cpu = false, survives_read_only_reprotect =
+/// false (every mprotect of a locked range is an MMU-notifier event: ~10 ms of suspended GPU
+/// queues, and with XNACK on a failed restore is a fatal fault; see docs/hsa.md).
 ///
 /// import(address, size) requires both to be page-aligned and refuses anything else with
 /// invalid_argument without calling the runtime; use hsa_lock_superset() for an arbitrary range.
 /// It locks for exactly the agents settled here, returns device_address = the agent pointer
 /// hsa_amd_memory_lock returned and imported = true (never release it to a device pool), and on
-/// a refusal returns import_failed whose message carries hsa_status_string. release() calls
+/// a refusal returns import_failed whose message carries hsa_status_string; when the runtime
+/// refused pages mapped without PROT_WRITE (older runtimes lock read-write only) the message
+/// also carries read_only_refusal_marker ("refused a read-only lock"), which load_model answers
+/// with a writable shared mapping where map_file_writable_shared's rules allow (mapping.hpp).
+/// Before locking it populates the range (MADV_WILLNEED, then MADV_POPULATE_READ, or one read
+/// per page before Linux 5.14), so the pin does not fault file pages in one at a time; a failure
+/// to populate is not one to lock. While locked, the range is recorded so the mapping layer
+/// neither mprotects nor munmaps it (MappedModel::make_read_only refuses; a MappedModel
+/// destroyed first leaves that mapping in place). release() calls
 /// hsa_amd_memory_unlock; a buffer this importer did not lock is refused without calling the
 /// runtime. read_back() copies from host_address: the lock pins the mapping's own pages, so the
 /// host sees what the device reads (the agent pointer need not be host-addressable).
@@ -117,13 +126,19 @@ private:
 
 /// Locks the pages covering [address, address + size) through `hsa_importer` (one made by
 /// make_hsa_importer): the start is aligned down and the end up to the page size, and the delta
-/// is kept so agent_address() points at `address` itself. The pages must lie in a writable
-/// mapping (MAP_SHARED with PROT_READ|PROT_WRITE for a weight file: a private writable mapping
-/// is copy-on-write copied by the lock's write faults, +1024 MiB RssAnon per GiB, measured).
+/// is kept so agent_address() points at `address` itself. Read-only pages are tried as they are;
+/// a runtime that refuses them says so (read_only_refusal_marker), and then the pages must lie
+/// in a writable MAP_SHARED mapping (map_file_writable_shared): never a private writable one,
+/// which the lock's write faults copy page by page (+1024 MiB RssAnon per GiB, measured).
 /// Fails with invalid_argument for another kind of importer, a null address, a zero size or a
 /// range that wraps the address space; otherwise with the importer's own error (its budget,
 /// its availability, or the runtime's status string). Nothing stays locked on failure.
 WM_API Result<HsaLockedRange> hsa_lock_superset(Importer& hsa_importer, const void* address,
                                          std::uint64_t size);
+
+/// How many agents `hsa_importer` (one made by make_hsa_importer) locks for: the engine's
+/// HsaImporterParams::agents, or every GPU agent of the runtime. invalid_argument for another
+/// kind of importer; unsupported when it is not available (or HSA is not built). Thread-safe.
+WM_API Result<std::uint32_t> hsa_lock_agent_count(const Importer& hsa_importer);
 
 } // namespace wm
