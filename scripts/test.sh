@@ -87,6 +87,15 @@ count_llama() {
       if (/ tokens_identical=yes / && / same_load_mode=yes / && / same_buffers=yes / && num("peak_rss_mib_upstream") > 0 &&
           d <= 0.01 * num("peak_rss_mib_upstream")) ok++; else bad++
     }
+    /^llama.cpp compile / { if (/ ok=yes( |$)/ && num("files") > 0) ok++; else bad++ }
+    /^llama.cpp cuda-glue / {
+      # the method each fake device model must get (docs/cuda.md); where it imports, >= 99 % in wrapped buffers
+      want = / model=(gb10|gh200) / ? "direct" : / model=orin / ? "register" : "unavailable"
+      pass = index($0, " method=" want " ") > 0
+      if (want != "unavailable") pass = pass && num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0
+      if (pass) ok++; else bad++
+    }
+    /^llama.cpp hsa-glue / { if (num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0) ok++; else bad++ }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
       d = 3 * num("device_mib")

@@ -675,3 +675,54 @@ run_servers() { # MODEL
   [[ ${i[4]} == 0 && ${i[3]} -ge ${i[2]} ]] ||
     fail "after one importing server exited the others re-read the model ($((i[4])) major faults, cache ${i[2]} -> ${i[3]} MiB)"
 }
+
+# --- CUDA and ROCm devices: the glue's importing half on the fake runtimes --------------------
+# device_glue_check.cpp with src/llama-weightmap-device.cpp as libllama compiles it, on a
+# llama.cpp-shaped model of wm-gen-model (GGUF's default alignment, 32: every tensor offset
+# meets ggml-cuda's 128 there, as in converted models; llama.cpp's tiny generated models do not).
+# One cuda-glue line per fake device model (docs/cuda.md), one hsa-glue line per runtime
+# behaviour: read-only locks accepted, and refused (the writable path).
+declare -A glue_method=([gb10]=direct [gh200]=direct [orin]=register [h200]=unavailable
+                        [b300]=unavailable [nano]=unavailable)
+run_device_glue() {
+  local exe=$out/device_glue_check model=$out/models/glue-dense.gguf line name fake rc refuse
+  if stale "$exe" "$here/device_glue_check.cpp" || [[ $out/src/src/llama-weightmap-device.cpp -nt $exe ]]; then
+    # shellcheck disable=SC2046
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -DLLAMA_USE_WEIGHTMAP -I"$out/src/ggml/include" -I"$out/src/ggml/src" \
+      -I"$out/src/include" -I"$out/src/src" $(pkg-config --cflags weightmap) "$here/device_glue_check.cpp" \
+      "$out/src/src/llama-weightmap-device.cpp" -o "$exe" -L"$bin" -lllama -lggml-base \
+      $(pkg-config --libs weightmap) -Wl,-rpath,"$bin" || { fail "device_glue_check.cpp does not build"; return; }
+  fi
+  [[ -s $model ]] || "$libwm_build/examples/wm-gen-model" --shape dense --layers 4 --size-mib 24 -o "$model" > /dev/null ||
+    { fail "wm-gen-model failed"; return; }
+  fake=$libwm_build/tests/cuda/libfake_cuda_driver.so
+  for name in gb10 gh200 orin h200 b300 nano; do
+    rc=0
+    line=$(WEIGHTMAP_FAKE_CUDA_MODEL=${name/nano/tegra-x1} "$exe" cuda "$name" "$model" "$fake" \
+      2> "$out/run/glue-$name.err") || rc=$?
+    summaries+=("${line:-llama.cpp cuda-glue model=$name method=none imported_fraction=0 wrapped_buffers=0}")
+    ((rc == 0)) || fail "device_glue_check cuda $name: exit $rc; see $out/run/glue-$name.err"
+    [[ $line == *" method=${glue_method[$name]} "* ]] || fail "cuda-glue $name: method is not ${glue_method[$name]}"
+  done
+  fake=$libwm_build/tests/hsa/libfake_hsa_runtime.so
+  for name in read-only writable; do
+    rc=0 refuse=0
+    [[ $name == writable ]] && refuse=1
+    line=$(WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=$refuse "$exe" hsa "$name" "$model" "$fake" \
+      2> "$out/run/glue-hsa-$name.err") || rc=$?
+    summaries+=("${line:-llama.cpp hsa-glue case=$name imported_fraction=0 wrapped_buffers=0}")
+    ((rc == 0)) || fail "device_glue_check hsa $name: exit $rc; see $out/run/glue-hsa-$name.err"
+    [[ $line == *" case=$name "* ]] || fail "hsa-glue $name: the probe chose another mapping"
+  done
+}
+
+# compile-check.sh: what the series adds to ggml-cuda, with Debian's nvcc 11.8 and hipcc 5.2.
+run_compile_check() {
+  local rc=0 line
+  bash "$here/compile-check.sh" "$out/src" "$out/compile-check" > "$out/logs/compile-check.out" \
+    2> "$out/logs/compile-check.err" || rc=$?
+  while read -r line; do summaries+=("$line"); done < <(grep '^llama.cpp compile ' "$out/logs/compile-check.out")
+  ((rc == 0)) || fail "compile-check.sh exited $rc; see $out/logs/compile-check.err"
+  grep -q ' backend=cuda .* ok=yes' "$out/logs/compile-check.out" && grep -q ' backend=hip .* ok=yes' "$out/logs/compile-check.out" ||
+    fail "compile-check.sh: a backend did not compile; see $out/logs/compile-check.err"
+}

@@ -188,6 +188,9 @@ check_reload "$m/llama-dense.gguf"
 check_bench_refit "$m/big/llama-dense.gguf"
 check_mlock_locks_imports "$m/llama-dense.gguf"
 phase stock-and-checks
+run_compile_check
+run_device_glue
+phase device-glue
 run_split_sync "$m"
 phase split-sync
 run_servers "$m/big/llama-dense.gguf"
