@@ -10,7 +10,9 @@
 #
 # Idempotent: re-running with the same pins and patches does nothing. If DEST
 # has local changes the script refuses to touch it unless FORCE=1 is set.
-# Installs nothing: needs git, npm, node, tar, sha256sum on PATH.
+# Installs nothing: needs git, tar, sha256sum on PATH; npm only when the tarball is not in the
+# cache yet (build-llama/cache: a machine without network works from a carried tarball), and node
+# or python3 to read the package's version.
 set -euo pipefail
 
 NPM_PKG="node-llama-cpp"
@@ -35,7 +37,7 @@ case "$DEST" in /*) ;; *) DEST="$PWD/$DEST" ;; esac
 die() { echo "fetch.sh: ERROR: $*" >&2; exit 1; }
 log() { echo "fetch.sh: $*" >&2; }
 
-for tool in git npm node tar sha256sum; do
+for tool in git tar sha256sum; do
     command -v "$tool" >/dev/null || die "'$tool' not found on PATH"
 done
 
@@ -48,6 +50,7 @@ GIT=(git -c user.name="$AUTHOR_NAME" -c user.email="$AUTHOR_EMAIL"
 mkdir -p "$CACHE"
 TGZ="$CACHE/$NPM_PKG-$NPM_VERSION.tgz"
 if [[ ! -s "$TGZ" ]]; then
+    command -v npm >/dev/null || die "'npm' not found on PATH, and no $TGZ to work from"
     log "npm pack $NPM_PKG@$NPM_VERSION -> $CACHE"
     # npm's own cache too stays in the build directory
     (cd "$CACHE" && npm_config_cache="$CACHE/npm-cache" npm pack --silent "$NPM_PKG@$NPM_VERSION" >/dev/null)
@@ -65,7 +68,13 @@ if [[ ! -f "$EXTRACT/.done" ]]; then
     touch "$EXTRACT/.done"
 fi
 
-got_version="$(node -p 'require(process.argv[1]).version' "$EXTRACT/package/package.json")"
+if command -v node >/dev/null; then
+    got_version="$(node -p 'require(process.argv[1]).version' "$EXTRACT/package/package.json")"
+elif command -v python3 >/dev/null; then
+    got_version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["version"])' "$EXTRACT/package/package.json")"
+else
+    die "neither node nor python3 on PATH to read the package's version"
+fi
 [[ "$got_version" == "$NPM_VERSION" ]] \
     || die "package version: expected $NPM_VERSION, got '${got_version}'"
 
