@@ -119,7 +119,8 @@ void close_fd(int& fd) {
 
 } // namespace
 
-struct FileGuard::Impl {
+// Hidden: a nested class takes the visibility of the exported FileGuard otherwise.
+struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     struct File {
         int fd = -1; // our duplicate of the caller's descriptor
         std::string path;
