@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/* The file guard through the C API (file_guard.h, docs/file_guard.md): a writer in another
+ * process blocked in open(O_TRUNC) until wm_file_guard_release, heard through the eventfd and
+ * the queue; release from inside the callback; no lease for a file open for writing (EAGAIN),
+ * with the write reported as CHANGED; the defaults, names and every argument error. */
+#include "c_check.h"
+
+#include <poll.h>
+#include <time.h>
+
+#include "weightmap/file_guard.h"
+
+static bool readable(int fd, int timeout_ms) {
+    struct pollfd p;
+    int n;
+    p.fd = fd;
+    p.events = POLLIN;
+    p.revents = 0;
+    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
+    }
+    return n == 1 && (p.revents & POLLIN) != 0;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* A child that opens `path` O_WRONLY|O_TRUNC and writes one byte to the pipe once open returned;
+ * *done receives the pipe's read end. */
+static pid_t fork_truncating_writer(const char* path, int* done) {
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int w = open(path, O_WRONLY | O_TRUNC);
+        const char c = w >= 0 ? 'o' : 'e';
+        _exit(write(p[1], &c, 1) == 1 ? 0 : 1);
+    }
+    close(p[1]);
+    *done = p[0];
+    return pid;
+}
+
+static int exit_code(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static off_t size_of(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void case_writer_waits_for_release(void) {
+    char path[512];
+    REQUIRE(c_temp_file(65536, 7, path));
+    const int fd = open(path, O_RDONLY);
+    wm_guarded_file files[1];
+    files[0].fd = fd;
+    files[0].path = path;
+    wm_file_guard* guard = NULL;
+    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    close(fd); /* the guard keeps its own duplicate */
+    wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_NONE, -1, NULL};
+    REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
+    REQUIRE_EQ(st.lease, WM_FILE_LEASE_HELD);
+    CHECK_STR_EQ(st.reason, "");
+
+    int done = -1;
+    const pid_t pid = fork_truncating_writer(path, &done);
+    REQUIRE(pid > 0);
+    REQUIRE(readable(wm_file_guard_event_fd(guard), 5000));
+    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0};
+    bool has = false;
+    REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
+    REQUIRE(has);
+    CHECK_EQ(e.file, 0);
+    CHECK_EQ(e.kind, WM_FILE_GUARD_LEASE_BREAKING);
+    CHECK(e.monotonic_ns > 0 && e.monotonic_ns <= now_ns());
+    CHECK(!readable(done, 0));   /* still blocked in open */
+    CHECK(!readable(done, 200)); /* and 200 ms later */
+    CHECK_EQ(size_of(path), 65536);
+    const double released = now_ms();
+    REQUIRE_OK(wm_file_guard_release(guard, 0));
+    REQUIRE(readable(done, 5000));
+    const double ms = now_ms() - released;
+    printf("writer returned %.3f ms after wm_file_guard_release\n", ms);
+    CHECK_MSG(ms < 500, "%.1f ms", ms);
+    char c = 0;
+    CHECK(read(done, &c, 1) == 1 && c == 'o');
+    CHECK_EQ(exit_code(pid), 0);
+    CHECK_EQ(size_of(path), 0);
+    REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
+    CHECK_EQ(st.lease, WM_FILE_LEASE_RELEASED);
+    close(done);
+    wm_file_guard_destroy(guard);
+}
+
+typedef struct in_callback {
+    wm_file_guard* guard;
+    int breaking;
+    wm_status released;
+} in_callback;
+
+static void release_in_callback(void* user, const wm_file_guard_event* event) {
+    in_callback* state = (in_callback*)user;
+    if (event->kind != WM_FILE_GUARD_LEASE_BREAKING) return;
+    ++state->breaking;
+    state->released = wm_file_guard_release(state->guard, event->file);
+}
+
+static void case_release_from_the_callback(void) {
+    char path[512];
+    REQUIRE(c_temp_file(4096, 8, path));
+    const int fd = open(path, O_RDONLY);
+    wm_guarded_file files[1];
+    files[0].fd = fd;
+    files[0].path = path;
+    /* The state is only read back after the writer is through, and written by the callback
+     * before it releases: the writer's return orders the two. */
+    in_callback state = {NULL, 0, WM_ERROR_INTERNAL};
+    wm_file_guard_params params;
+    wm_file_guard_params_init(&params);
+    params.on_event = release_in_callback;
+    params.on_event_user = &state;
+    params.poll_period_ms = 5;
+    REQUIRE_OK(wm_file_guard_create(files, 1, &params, &state.guard));
+    int done = -1;
+    const pid_t pid = fork_truncating_writer(path, &done);
+    REQUIRE(readable(done, 5000)); /* the callback released it */
+    CHECK_EQ(exit_code(pid), 0);
+    wm_file_guard_destroy(state.guard); /* joins: the callback's writes are visible */
+    CHECK_EQ(state.breaking, 1);
+    CHECK_EQ(state.released, WM_OK);
+    close(done);
+    close(fd);
+}
+
+static void case_no_lease_when_open_for_writing(void) {
+    char path[512];
+    REQUIRE(c_temp_file(4096, 9, path));
+    const int writer = open(path, O_WRONLY);
+    const int fd = open(path, O_RDONLY);
+    wm_guarded_file files[1];
+    files[0].fd = fd;
+    files[0].path = path;
+    wm_file_guard* guard = NULL;
+    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_HELD, 0, NULL};
+    REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
+    CHECK_EQ(st.lease, WM_FILE_LEASE_NONE);
+    CHECK_EQ(st.lease_errno, EAGAIN);
+    CHECK_CONTAINS(st.reason, path);
+    CHECK_CONTAINS(st.reason, "EAGAIN");
+    CHECK(pwrite(writer, "x", 1, 0) == 1);
+    REQUIRE(readable(wm_file_guard_event_fd(guard), 5000));
+    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_LEASE_BREAKING, 0};
+    bool has = false;
+    REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
+    CHECK(has);
+    CHECK_EQ(e.kind, WM_FILE_GUARD_CHANGED);
+    CHECK_OK(wm_file_guard_release(guard, 0)); /* no lease: a no-op */
+    wm_file_guard_destroy(guard);
+    close(fd);
+    close(writer);
+}
+
+static void case_defaults_and_names(void) {
+    wm_file_guard_params p;
+    memset(&p, 0xA5, sizeof p);
+    wm_file_guard_params_init(&p);
+    CHECK_EQ(p.struct_size, sizeof p);
+    CHECK(p.on_event == NULL && p.on_event_user == NULL && p.log == NULL && p.log_user == NULL);
+    CHECK_EQ(p.poll_period_ms, 20);
+    CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_LEASE_BREAKING), "lease_breaking");
+    CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_LEASE_BROKEN_BY_TIMEOUT),
+                 "lease_broken_by_timeout");
+    CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_CHANGED), "changed");
+    CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_PATH_MOVED), "path_moved");
+    CHECK_STR_EQ(wm_file_guard_event_kind_name((wm_file_guard_event_kind)42), "?");
+    CHECK_EQ(wm_file_guard_file_count(NULL), 0);
+    CHECK_EQ(wm_file_guard_event_fd(NULL), -1);
+    wm_file_guard_destroy(NULL);
+}
+
+static void case_every_error_names_function_file_and_field(void) {
+    char path[512];
+    REQUIRE(c_temp_file(4096, 10, path));
+    const int fd = open(path, O_RDONLY);
+    const int rw = open(path, O_RDWR);
+    wm_guarded_file files[2];
+    files[0].fd = fd;
+    files[0].path = path;
+    files[1].fd = -1;
+    files[1].path = "/m/b.gguf";
+    wm_file_guard* guard = (wm_file_guard*)&files; /* must stay untouched on failure */
+    wm_file_guard* const untouched = guard;
+    CHECK_INVALID(wm_file_guard_create(files, 2, NULL, &guard), "files[1] (/m/b.gguf): fd is -1");
+    CHECK(guard == untouched);
+    CHECK_INVALID(wm_file_guard_create(files, 0, NULL, &guard), "params.files is empty");
+    CHECK_INVALID(wm_file_guard_create(NULL, 1, NULL, &guard), "wm_file_guard_create: files");
+    CHECK_INVALID(wm_file_guard_create(files, 1, NULL, NULL), "wm_file_guard_create: out");
+    files[1].fd = rw;
+    CHECK_INVALID(wm_file_guard_create(files, 2, NULL, &guard), "files[1] (/m/b.gguf)");
+    CHECK_CONTAINS(wm_last_error(), "O_RDONLY");
+    wm_file_guard_params p;
+    wm_file_guard_params_init(&p);
+    p.poll_period_ms = 0;
+    CHECK_INVALID(wm_file_guard_create(files, 1, &p, &guard), "params.poll_period_ms is 0");
+    p.struct_size = 2;
+    CHECK_INVALID(wm_file_guard_create(files, 1, &p, &guard), "params->struct_size is 2");
+    CHECK(guard == untouched);
+
+    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    CHECK_INVALID(wm_file_guard_release(guard, 1), "wm_file_guard_release: file 1 is out of range (1)");
+    CHECK_INVALID(wm_file_guard_release(NULL, 0), "wm_file_guard_release: guard is NULL");
+    wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_NONE, 0, NULL};
+    CHECK_INVALID(wm_file_guard_get_file(guard, 3, &st), "wm_file_guard_get_file: file 3");
+    CHECK_INVALID(wm_file_guard_get_file(guard, 0, NULL), "wm_file_guard_get_file: out is NULL");
+    st.struct_size = 1;
+    CHECK_INVALID(wm_file_guard_get_file(guard, 0, &st), "out->struct_size is 1");
+    wm_file_guard_event e = {sizeof e, 0, WM_FILE_GUARD_CHANGED, 0};
+    bool has = true;
+    CHECK_INVALID(wm_file_guard_next_event(guard, NULL, &has), "wm_file_guard_next_event: out");
+    CHECK_INVALID(wm_file_guard_next_event(guard, &e, NULL), "has_event is NULL");
+    CHECK_OK(wm_file_guard_next_event(guard, &e, &has));
+    CHECK(!has);
+    wm_file_guard_destroy(guard);
+    close(rw);
+    close(fd);
+}
+
+int main(void) {
+    C_RUN(case_writer_waits_for_release);
+    C_RUN(case_release_from_the_callback);
+    C_RUN(case_no_lease_when_open_for_writing);
+    C_RUN(case_defaults_and_names);
+    C_RUN(case_every_error_names_function_file_and_field);
+    return c_check_finish();
+}
