@@ -96,6 +96,12 @@ count_llama() {
       if (pass) ok++; else bad++
     }
     /^llama.cpp hsa-glue / { if (num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0) ok++; else bad++ }
+    # the import arm is judged; copy and upstream are reported beside it (they do what upstream does)
+    /^llama.cpp file-change arm=import / {
+      if (/ lease=yes /) pass = / server_alive=yes / && / answers_after=same( |$)/
+      else pass = / server_alive=yes / && !/ answers_after=changed( |$)/
+      if (pass) ok++; else bad++
+    }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
       d = 3 * num("device_mib")

@@ -535,6 +535,7 @@ server_arm() { # ARM: its env assignment and flags, one per line
   esac
 }
 
+server_wrapper=() # a command start_server runs the server under (file_change_case: another user)
 # Starts llama-server on MODEL in ARM at 127.0.0.1:PORT with default flags and waits until
 # /health answers; sets server_pid and server_load_s (from the start to a healthy answer: the
 # load, the warm-up graph and the listening socket). -fa off: Mesa 22.3's lavapipe crashes
@@ -547,7 +548,7 @@ start_server() { # LOG PORT ARM MODEL [FLAGS...]
   mapfile -t arm < <(server_arm "$3")
   shift 4
   start=$(date +%s.%N)
-  env "${arm[0]}" "$bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -v -fa off "${arm[@]:1}" "$@" \
+  "${server_wrapper[@]}" env "${arm[0]}" "$bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -v -fa off "${arm[@]:1}" "$@" \
     > "$log.out" 2> "$log.err" < /dev/null &
   server_pid=$!
   for _ in $(seq 1200); do
@@ -725,4 +726,62 @@ run_compile_check() {
   ((rc == 0)) || fail "compile-check.sh exited $rc; see $out/logs/compile-check.err"
   grep -q ' backend=cuda .* ok=yes' "$out/logs/compile-check.out" && grep -q ' backend=hip .* ok=yes' "$out/logs/compile-check.out" ||
     fail "compile-check.sh: a backend did not compile; see $out/logs/compile-check.err"
+}
+
+# --- a model file that changes under a running server (issue 37) -------------------------------
+# ARM's server on a fresh copy of the dense model answers request 0; then CHANGE: overwrite (cp
+# of another model over the file, as a re-download to the same path does) or truncate (to 0
+# bytes); then request 0 again. LEASE=no runs the server as nobody, who does not own the file
+# and so cannot take a lease (the guard watches the file instead). One summary line each;
+# the import arm must stay alive and answer the same with a lease, and never answer changed
+# bytes without one.
+file_change_case() { # ARM CHANGE LEASE PORT
+  local arm=$1 change=$2 lease_wanted=$3 port=$4 dir=$out/run/file-change
+  local log=$dir/$1.$2.$3 model=$dir/$1.$2.$3.gguf before after alive=yes answers lease=no start waited tries
+  mkdir -p "$dir" && chmod 755 "$dir"
+  cp "$out/models/llama-dense.gguf" "$model" && chmod 644 "$model"
+  server_wrapper=()
+  [[ $lease_wanted == no ]] && server_wrapper=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
+  start_server "$log" "$port" "$arm" "$model" || { server_wrapper=(); return; }
+  server_wrapper=()
+  before=$(ask_server "$port" 0)
+  start=$(date +%s.%N)
+  # cp blocks in open(O_TRUNC) while a lease breaks; coreutils' truncate opens O_NONBLOCK, which
+  # fails with EAGAIN instead (and starts the break): it is run again, as a user would, until it
+  # truncates (tries= says how often)
+  tries=1
+  case $change in
+    overwrite) timeout 120 cp "$out/models/mid/llama-dense.gguf" "$model" ;;
+    truncate)
+      until truncate -s 0 "$model" 2> "$log.truncate"; do
+        ((tries < 100)) || break
+        tries=$((tries + 1)); sleep 0.05
+      done ;;
+  esac
+  waited=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  after=$(ask_server "$port" 0)
+  kill -0 "$server_pid" 2> /dev/null || alive=no
+  if [[ $alive == no || $after == "no answer" ]]; then answers=error
+  elif [[ $after == "$before" ]]; then answers=same
+  else answers=changed; fi
+  grep -q 'guarded by a read lease' "$log.err" && lease=yes
+  if [[ $alive == yes ]]; then stop_server "$server_pid" "$log"; else wait "$server_pid" 2> /dev/null || true; fi
+  summaries+=("llama.cpp file-change arm=$arm change=$change lease=$lease server_alive=$alive answers_after=$answers writer_wait_s=$waited writer_tries=$tries size_after=$(stat -c %s "$model")")
+  if [[ $arm == import && $lease_wanted == yes ]]; then
+    [[ $lease == yes && $alive == yes && $answers == same ]] ||
+      fail "file-change import $change: lease=$lease alive=$alive answers_after=$answers; see $log.err"
+  elif [[ $arm == import ]]; then
+    [[ $lease == no && $alive == yes && $answers != changed ]] ||
+      fail "file-change import (no lease) $change: lease=$lease alive=$alive answers_after=$answers; see $log.err"
+  fi
+}
+
+run_file_changes() {
+  local arm change port=${FILE_CHANGE_PORT:-50960}
+  for change in overwrite truncate; do
+    for arm in import copy upstream; do
+      file_change_case "$arm" "$change" yes "$port"; port=$((port + 1))
+    done
+    file_change_case import "$change" no "$port"; port=$((port + 1))
+  done
 }

@@ -23,7 +23,8 @@
 # CPU + Vulkan splits under the split-ordering helper and under the upstream rule, traced and
 # replayed in libweightmap's simulator (bench_split_sync --replay), and split_sync_check.cpp on the
 # real scheduler. Then llama-server on the big model in each arm, three processes at once (memory
-# summed, one exits), and bench/llama_ab.sh's speed table.
+# summed, one exits); a model file overwritten or truncated under a running server in each arm
+# (with and without a lease); and bench/llama_ab.sh's speed table.
 #
 # Usage: integrations/llama.cpp/run.sh [LIBWM_BUILD [OUT]]
 #        defaults: LIBWM_BUILD=build (configured and built here when missing), OUT=build-llama
@@ -195,6 +196,8 @@ run_split_sync "$m"
 phase split-sync
 run_servers "$m/big/llama-dense.gguf"
 phase servers
+run_file_changes
+phase file-change
 
 # --- speed: bench/llama_ab.sh, import vs copy vs upstream's iGPU default -----------------------
 # BENCH_REPS (default 2 here; the bench's own default is 5) alternated repetitions of each arm on
