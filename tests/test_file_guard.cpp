@@ -418,25 +418,32 @@ TEST_CASE("destroy during a pending event waits for the callback; none runs afte
 TEST_CASE("destroy from inside the callback drops the lease; the writer proceeds") {
     wm::test::TempFile file(file_size);
     Fd fd(open_read_only(file.path()));
-    std::mutex guard_mutex;
-    std::unique_ptr<FileGuard> guard;
-    std::atomic<bool> destroyed{false};
+    // Shared with the callback: the writer proceeds as soon as the lease is dropped, before the
+    // callback returns, so the callback must not use anything on this test's stack.
+    struct State {
+        std::mutex mutex;
+        std::unique_ptr<FileGuard> guard;
+        std::atomic<bool> destroyed{false};
+    };
+    auto state = std::make_shared<State>();
     FileGuardParams params;
     params.files = {{fd.fd, file.path()}};
-    params.on_event = [&](const FileGuardEvent&) {
-        std::lock_guard lock(guard_mutex);
-        guard.reset();
-        destroyed.store(true);
+    params.on_event = [state](const FileGuardEvent&) {
+        std::lock_guard lock(state->mutex);
+        state->guard.reset();
+        state->destroyed.store(true);
     };
     {
-        std::lock_guard lock(guard_mutex);
-        guard = std::make_unique<FileGuard>(FileGuard::create(std::move(params)).value());
+        std::lock_guard lock(state->mutex);
+        state->guard = std::make_unique<FileGuard>(FileGuard::create(std::move(params)).value());
     }
     std::atomic<bool> opened{false};
     std::thread writer = open_for_writing(file.path(), opened);
     writer.join();
     CHECK(opened.load());
-    CHECK(destroyed.load());
+    const auto deadline = Clock::now() + 5s;
+    while (!state->destroyed.load() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    CHECK(state->destroyed.load());
 }
 
 namespace {
