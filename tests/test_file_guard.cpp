@@ -208,7 +208,8 @@ enum NoLeaseResult {
 bool no_effective_capabilities() {
     std::ifstream status("/proc/self/status");
     for (std::string line; std::getline(status, line);)
-        if (line.rfind("CapEff:", 0) == 0) return line.find_first_not_of("0\t ", 7) == std::string::npos;
+        if (line.rfind("CapEff:", 0) == 0)
+            return line.find_first_not_of("0\t ", 7) == std::string::npos;
     return false;
 }
 
@@ -251,7 +252,8 @@ int guard_as_nobody(const std::string& path, int ready) {
         });
     };
     char go = 'r';
-    if (write(ready, &go, 1) != 1 || !saw(static_cast<off_t>(file_size) + 100)) return no_append_event;
+    if (write(ready, &go, 1) != 1 || !saw(static_cast<off_t>(file_size) + 100))
+        return no_append_event;
     if (write(ready, &go, 1) != 1 || !saw(0)) return no_truncate_event;
     for (auto& [kind, at] : seen)
         if (kind == Kind::lease_breaking) return lease_event_seen;
@@ -555,6 +557,9 @@ TEST_CASE("every error names the file and the field") {
     CHECK_THAT(create_error({{dir.fd, "/m/e"}}),
                Contains("files[0] (/m/e)") && Contains("not a regular file"));
     CHECK_THAT(create_error({{ok.fd, file.path()}}, 0), Contains("params.poll_period_ms is 0"));
+    Fd again(open_read_only(file.path()));
+    CHECK_THAT(create_error({{ok.fd, "/m/a.gguf"}, {again.fd, "/m/a2.gguf"}}),
+               Contains("files[1] (/m/a2.gguf)") && Contains("same file as files[0] (/m/a.gguf)"));
     CHECK_THAT(create_error({{ok.fd, file.path()}}, 1001),
                Contains("params.poll_period_ms is 1001"));
 
@@ -563,7 +568,8 @@ TEST_CASE("every error names the file and the field") {
     auto released = guard.release(1);
     REQUIRE_FALSE(released);
     CHECK(released.error().kind == ErrorKind::invalid_argument);
-    CHECK_THAT(released.error().message, Contains("FileGuard::release: file 1 is out of range (1)"));
+    CHECK_THAT(released.error().message,
+               Contains("FileGuard::release: file 1 is out of range (1)"));
     auto status = guard.status(7);
     REQUIRE_FALSE(status);
     CHECK_THAT(status.error().message, Contains("FileGuard::status: file 7 is out of range (1)"));
@@ -588,8 +594,9 @@ rlim_t limit_leaving(int free) {
 } // namespace
 
 TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind") {
-    wm::test::TempFile file(file_size);
+    wm::test::TempFile file(file_size), second(file_size);
     Fd ok(open_read_only(file.path()));
+    Fd other(open_read_only(second.path()));
     const int before = count_fds();
     // Room for inotify, two eventfds and the first file's duplicate: the second's fails.
     rlimit old{};
@@ -598,7 +605,7 @@ TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind"
     low.rlim_cur = limit_leaving(4);
     REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
     FileGuardParams params;
-    params.files = {{ok.fd, file.path()}, {ok.fd, "/m/second.gguf"}};
+    params.files = {{ok.fd, file.path()}, {other.fd, "/m/second.gguf"}};
     auto failed = FileGuard::create(std::move(params));
     REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
     REQUIRE_FALSE(failed);
