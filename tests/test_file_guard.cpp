@@ -187,6 +187,22 @@ TEST_CASE("a rename of the guarded path is reported as path_moved; the lease sta
     CHECK(events.count(Kind::changed) == 0);
 }
 
+TEST_CASE("an unlink of the guarded path is reported as path_moved; the bytes stay readable") {
+    wm::test::TempDir dir;
+    const std::string path = dir.path() + "/model.gguf";
+    { std::ofstream(path) << std::string(4096, 'u'); }
+    Fd fd(open_read_only(path));
+    Events events;
+    FileGuard guard = make_guard(fd.fd, path, events);
+    REQUIRE(unlink(path.c_str()) == 0);
+    REQUIRE(events.wait_for(Kind::path_moved, 5000ms));
+    CHECK(guard.status(0)->lease == FileLeaseState::held);
+    CHECK(events.count(Kind::changed) == 0);
+    char c = 0;
+    CHECK(pread(fd.fd, &c, 1, 4095) == 1); // the inode the imports hold is intact
+    CHECK(c == 'u');
+}
+
 namespace {
 
 // What the unprivileged child reports through its exit code.
