@@ -207,6 +207,22 @@ Status check_file(const GuardedFile& file, std::uint32_t i) {
     return {};
 }
 
+// One entry per file: two entries of one inode would share an inotify watch (and, for one open
+// file description, one lease, which releasing either entry would drop under the other).
+Status check_distinct(const std::vector<GuardedFile>& files) {
+    std::vector<struct stat> seen(files.size());
+    for (std::uint32_t i = 0; i < files.size(); ++i) {
+        ::fstat(files[i].fd, &seen[i]);
+        for (std::uint32_t j = 0; j < i; ++j)
+            if (seen[j].st_dev == seen[i].st_dev && seen[j].st_ino == seen[i].st_ino)
+                return make_error(ErrorKind::invalid_argument,
+                                  fmt::format("FileGuard::create: files[{}] ({}): fd {} is the "
+                                              "same file as files[{}] ({})",
+                                              i, files[i].path, files[i].fd, j, files[j].path));
+    }
+    return {};
+}
+
 Status check_params(const FileGuardParams& params) {
     if (params.files.empty())
         return make_error(ErrorKind::invalid_argument, "FileGuard::create: params.files is empty");
@@ -216,7 +232,7 @@ Status check_params(const FileGuardParams& params) {
                                       params.poll_period_ms));
     for (std::uint32_t i = 0; i < params.files.size(); ++i)
         if (auto checked = check_file(params.files[i], i); !checked) return checked;
-    return {};
+    return check_distinct(params.files);
 }
 
 } // namespace
@@ -239,7 +255,8 @@ Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given) {
         if (f.fd < 0 || f.watch < 0 || ::fstat(f.fd, &f.last) != 0)
             return make_error(ErrorKind::io,
                               fmt::format("FileGuard::create: files[{}] ({}): {} of fd {}: {}", i,
-                                          f.path, f.fd < 0 ? "F_DUPFD_CLOEXEC" : "inotify_add_watch",
+                                          f.path,
+                                          f.fd < 0 ? "F_DUPFD_CLOEXEC" : "inotify_add_watch",
                                           given[i].fd, errno_text(errno)));
     }
     return {};
@@ -267,7 +284,8 @@ Status FileGuard::Impl::take_lease(std::uint32_t i, pid_t tid) {
     const std::string what = fmt::format("FileGuard: files[{}] ({}): no lease: fcntl(F_SETLEASE, "
                                          "F_RDLCK): {}",
                                          i, f.path, errno_text(e));
-    if (refusal_reason(e) == nullptr) return make_error(ErrorKind::io, "FileGuard::create: " + what);
+    if (refusal_reason(e) == nullptr)
+        return make_error(ErrorKind::io, "FileGuard::create: " + what);
     f.reason = what + ": " + refusal_reason(e) + "; watching it with inotify instead";
     f.lease_errno = e;
     log_message(log, LogLevel::warning, f.reason);
@@ -336,8 +354,11 @@ void FileGuard::Impl::read_inotify(std::vector<FileGuardEvent>& events) {
         if (n <= 0) return;
         for (ssize_t at = 0; at < n;) {
             const auto* e = reinterpret_cast<const inotify_event*>(buffer + at);
+            // An overflowed queue lost events: compare every file's size and mtime instead.
+            const bool lost = (e->mask & IN_Q_OVERFLOW) != 0;
             for (std::uint32_t i = 0; i < files.size(); ++i)
-                if (files[i].watch == e->wd) classify(i, e->mask, events);
+                if (files[i].watch == e->wd || lost)
+                    classify(i, lost ? std::uint32_t{IN_ATTRIB} : e->mask, events);
             at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
         }
     }

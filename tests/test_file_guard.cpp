@@ -187,6 +187,22 @@ TEST_CASE("a rename of the guarded path is reported as path_moved; the lease sta
     CHECK(events.count(Kind::changed) == 0);
 }
 
+TEST_CASE("an unlink of the guarded path is reported as path_moved; the bytes stay readable") {
+    wm::test::TempDir dir;
+    const std::string path = dir.path() + "/model.gguf";
+    { std::ofstream(path) << std::string(4096, 'u'); }
+    Fd fd(open_read_only(path));
+    Events events;
+    FileGuard guard = make_guard(fd.fd, path, events);
+    REQUIRE(unlink(path.c_str()) == 0);
+    REQUIRE(events.wait_for(Kind::path_moved, 5000ms));
+    CHECK(guard.status(0)->lease == FileLeaseState::held);
+    CHECK(events.count(Kind::changed) == 0);
+    char c = 0;
+    CHECK(pread(fd.fd, &c, 1, 4095) == 1); // the inode the imports hold is intact
+    CHECK(c == 'u');
+}
+
 namespace {
 
 // What the unprivileged child reports through its exit code.
@@ -208,7 +224,8 @@ enum NoLeaseResult {
 bool no_effective_capabilities() {
     std::ifstream status("/proc/self/status");
     for (std::string line; std::getline(status, line);)
-        if (line.rfind("CapEff:", 0) == 0) return line.find_first_not_of("0\t ", 7) == std::string::npos;
+        if (line.rfind("CapEff:", 0) == 0)
+            return line.find_first_not_of("0\t ", 7) == std::string::npos;
     return false;
 }
 
@@ -251,7 +268,8 @@ int guard_as_nobody(const std::string& path, int ready) {
         });
     };
     char go = 'r';
-    if (write(ready, &go, 1) != 1 || !saw(static_cast<off_t>(file_size) + 100)) return no_append_event;
+    if (write(ready, &go, 1) != 1 || !saw(static_cast<off_t>(file_size) + 100))
+        return no_append_event;
     if (write(ready, &go, 1) != 1 || !saw(0)) return no_truncate_event;
     for (auto& [kind, at] : seen)
         if (kind == Kind::lease_breaking) return lease_event_seen;
@@ -418,25 +436,32 @@ TEST_CASE("destroy during a pending event waits for the callback; none runs afte
 TEST_CASE("destroy from inside the callback drops the lease; the writer proceeds") {
     wm::test::TempFile file(file_size);
     Fd fd(open_read_only(file.path()));
-    std::mutex guard_mutex;
-    std::unique_ptr<FileGuard> guard;
-    std::atomic<bool> destroyed{false};
+    // Shared with the callback: the writer proceeds as soon as the lease is dropped, before the
+    // callback returns, so the callback must not use anything on this test's stack.
+    struct State {
+        std::mutex mutex;
+        std::unique_ptr<FileGuard> guard;
+        std::atomic<bool> destroyed{false};
+    };
+    auto state = std::make_shared<State>();
     FileGuardParams params;
     params.files = {{fd.fd, file.path()}};
-    params.on_event = [&](const FileGuardEvent&) {
-        std::lock_guard lock(guard_mutex);
-        guard.reset();
-        destroyed.store(true);
+    params.on_event = [state](const FileGuardEvent&) {
+        std::lock_guard lock(state->mutex);
+        state->guard.reset();
+        state->destroyed.store(true);
     };
     {
-        std::lock_guard lock(guard_mutex);
-        guard = std::make_unique<FileGuard>(FileGuard::create(std::move(params)).value());
+        std::lock_guard lock(state->mutex);
+        state->guard = std::make_unique<FileGuard>(FileGuard::create(std::move(params)).value());
     }
     std::atomic<bool> opened{false};
     std::thread writer = open_for_writing(file.path(), opened);
     writer.join();
     CHECK(opened.load());
-    CHECK(destroyed.load());
+    const auto deadline = Clock::now() + 5s;
+    while (!state->destroyed.load() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    CHECK(state->destroyed.load());
 }
 
 namespace {
@@ -548,6 +573,9 @@ TEST_CASE("every error names the file and the field") {
     CHECK_THAT(create_error({{dir.fd, "/m/e"}}),
                Contains("files[0] (/m/e)") && Contains("not a regular file"));
     CHECK_THAT(create_error({{ok.fd, file.path()}}, 0), Contains("params.poll_period_ms is 0"));
+    Fd again(open_read_only(file.path()));
+    CHECK_THAT(create_error({{ok.fd, "/m/a.gguf"}, {again.fd, "/m/a2.gguf"}}),
+               Contains("files[1] (/m/a2.gguf)") && Contains("same file as files[0] (/m/a.gguf)"));
     CHECK_THAT(create_error({{ok.fd, file.path()}}, 1001),
                Contains("params.poll_period_ms is 1001"));
 
@@ -556,7 +584,8 @@ TEST_CASE("every error names the file and the field") {
     auto released = guard.release(1);
     REQUIRE_FALSE(released);
     CHECK(released.error().kind == ErrorKind::invalid_argument);
-    CHECK_THAT(released.error().message, Contains("FileGuard::release: file 1 is out of range (1)"));
+    CHECK_THAT(released.error().message,
+               Contains("FileGuard::release: file 1 is out of range (1)"));
     auto status = guard.status(7);
     REQUIRE_FALSE(status);
     CHECK_THAT(status.error().message, Contains("FileGuard::status: file 7 is out of range (1)"));
@@ -581,8 +610,9 @@ rlim_t limit_leaving(int free) {
 } // namespace
 
 TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind") {
-    wm::test::TempFile file(file_size);
+    wm::test::TempFile file(file_size), second(file_size);
     Fd ok(open_read_only(file.path()));
+    Fd other(open_read_only(second.path()));
     const int before = count_fds();
     // Room for inotify, two eventfds and the first file's duplicate: the second's fails.
     rlimit old{};
@@ -591,7 +621,7 @@ TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind"
     low.rlim_cur = limit_leaving(4);
     REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
     FileGuardParams params;
-    params.files = {{ok.fd, file.path()}, {ok.fd, "/m/second.gguf"}};
+    params.files = {{ok.fd, file.path()}, {other.fd, "/m/second.gguf"}};
     auto failed = FileGuard::create(std::move(params));
     REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
     REQUIRE_FALSE(failed);

@@ -71,7 +71,7 @@ typedef struct wm_file_guard_params {
 /* Fills the defaults and struct_size. */
 WM_API void wm_file_guard_params_init(wm_file_guard_params* params);
 
-/* Guards `files` (params may be NULL: the defaults): takes a read lease on each where the kernel
+/* Guards `files` (each file once; params may be NULL: the defaults): takes a read lease on each where the kernel
  * allows it (a refusal is not a failure: wm_file_guard_get_file says why, and a warning goes to
  * the log once), watches each with inotify and starts the guard's thread. Fails with
  * WM_ERROR_INVALID_ARGUMENT naming files[i], its path and the field (no files, a bad or closed

@@ -63,10 +63,12 @@ wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t file_count
             return status;
         wm_file_guard_params defaults{};
         wm_file_guard_params_init(&defaults);
-        const wm_file_guard_params c = params != nullptr ? read_struct(*params, defaults) : defaults;
+        const wm_file_guard_params c =
+            params != nullptr ? read_struct(*params, defaults) : defaults;
         auto created = wm::FileGuard::create(params_from_c(files, file_count, c));
         if (!created) return fail(fn, created.error());
-        auto handle = std::make_unique<wm_file_guard>(wm_file_guard{std::move(created).value(), {}});
+        auto handle =
+            std::make_unique<wm_file_guard>(wm_file_guard{std::move(created).value(), {}});
         for (uint32_t i = 0; i < file_count; ++i)
             handle->reasons.push_back(handle->guard.status(i)->reason);
         *out = handle.release();

@@ -222,7 +222,8 @@ static void case_every_error_names_function_file_and_field(void) {
     CHECK(guard == untouched);
 
     REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
-    CHECK_INVALID(wm_file_guard_release(guard, 1), "wm_file_guard_release: file 1 is out of range (1)");
+    CHECK_INVALID(wm_file_guard_release(guard, 1),
+                  "wm_file_guard_release: file 1 is out of range (1)");
     CHECK_INVALID(wm_file_guard_release(NULL, 0), "wm_file_guard_release: guard is NULL");
     wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_NONE, 0, NULL};
     CHECK_INVALID(wm_file_guard_get_file(guard, 3, &st), "wm_file_guard_get_file: file 3");
