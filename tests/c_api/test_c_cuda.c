@@ -6,7 +6,7 @@
  * fake starts fresh and its unload-time leak check judges each case. */
 #include "c_check.h"
 
-#include <dlfcn.h> /* after c_check.h, which sets _POSIX_C_SOURCE */
+#include "c_fake_library.h" /* after c_check.h, which sets _POSIX_C_SOURCE */
 
 #include "weightmap/backends/cuda.h" /* wm_cuda_*: not in the core weightmap.h */
 
@@ -24,10 +24,7 @@ static const uint32_t t_target[TENSORS] = {T_GPU, T_CPU, T_GPU};
 static const uint64_t FILE_SIZE = 5 * MiB + 77;
 
 /* The fake's own controls, looked up in the instance the importer loads. */
-static void* fake_symbol(const char* name) {
-    void* fake = dlopen(WEIGHTMAP_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL); /* kept open */
-    return fake != NULL ? dlsym(fake, name) : NULL;
-}
+static void* fake_symbol(const char* name) { return c_fake_symbol(WEIGHTMAP_FAKE_CUDA_PATH, name); }
 static long fake_live_registrations(void) {
     long (*fn)(void) = NULL;
     *(void**)&fn = fake_symbol("fake_cuda_live_registrations");

@@ -7,7 +7,8 @@
  * its own child process, so the fake starts fresh and its unload-time leak check judges it. */
 #include "c_check.h"
 
-#include <dlfcn.h> /* after c_check.h, which sets _POSIX_C_SOURCE */
+#include "c_fake_library.h" /* after c_check.h, which sets _POSIX_C_SOURCE */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,10 +30,7 @@ static const uint32_t t_target[TENSORS] = {T_GPU, T_CPU, T_GPU};
 static const uint64_t FILE_SIZE = 4 * MiB + 33;
 
 /* The fake's own controls, looked up in the instance the importer loads. */
-static void* fake_symbol(const char* name) {
-    void* fake = dlopen(WEIGHTMAP_FAKE_HSA_PATH, RTLD_NOW | RTLD_LOCAL); /* kept open */
-    return fake != NULL ? dlsym(fake, name) : NULL;
-}
+static void* fake_symbol(const char* name) { return c_fake_symbol(WEIGHTMAP_FAKE_HSA_PATH, name); }
 static long fake_live_locks(void) {
     long (*fn)(void) = NULL;
     *(void**)&fn = fake_symbol("fake_hsa_live_locks");
