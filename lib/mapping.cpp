@@ -17,6 +17,7 @@
 
 #include "internal/align.hpp"
 #include "internal/held_ranges.hpp"
+#include "internal/model_file.hpp"
 #include "internal/page_size.hpp"
 #include "internal/sys_hooks.hpp"
 #include "internal/writable_reopen.hpp"
@@ -111,29 +112,14 @@ Result<FileMapping> map_one(const std::string& path, MappingAccess access,
     const std::uint64_t page = host_page_size();
     const bool writable = access == MappingAccess::writable;
     // Always O_RDONLY first: a writable descriptor is only ever the rules' reopen of this one.
-    int fd = syscalls().open_file(path.c_str(), O_RDONLY);
-    if (fd < 0) {
-        int err = errno;
-        return make_error(ErrorKind::io, fmt::format("open('{}', O_RDONLY) failed: {}", path,
-                                                     std::strerror(err)));
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        syscalls().close_file(fd);
-        return make_error(ErrorKind::io, fmt::format("fstat('{}') failed: {}", path,
-                                                     std::strerror(err)));
-    }
-    if (S_ISDIR(st.st_mode)) {
+    auto opened = internal::open_model_file(path);
+    if (!opened) return std::move(opened).error();
+    int fd = opened->fd;
+    const struct stat st = opened->st;
+    if (st.st_size <= 0) {
         syscalls().close_file(fd);
         return make_error(ErrorKind::invalid_argument,
-                          fmt::format("'{}' is a directory, not a weight file", path));
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
-        syscalls().close_file(fd);
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("'{}' is {}: nothing to map", path,
-                                      S_ISREG(st.st_mode) ? "an empty file" : "not a regular file"));
+                          fmt::format("'{}' is an empty file: nothing to map", path));
     }
     if (writable) {
         auto rw = internal::reopen_writable(fd, fmt::format("'{}'", path));

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/model_file.hpp"
 #include "internal/sys_hooks.hpp"
 
 #ifndef MADV_POPULATE_READ
@@ -39,6 +40,7 @@ struct Job {
     std::uint64_t size = 0;
     std::uint32_t tensor = no_index;
     std::uint64_t tensor_offset = 0;
+    FileExtent extent{}; // populate: the planned extent this chunk is part of, for messages
 };
 
 // The model's files opened O_RDONLY (never written), with their sizes now; closed on destruction.
@@ -46,20 +48,16 @@ class OpenFiles {
 public:
     ~OpenFiles() {
         for (int fd : fds_)
-            if (fd >= 0) ::close(fd);
+            if (fd >= 0) internal::syscalls().close_file(fd);
     }
     Status open(const ModelDesc& model) {
+        fds_.reserve(model.files.size()); // no bad_alloc between an open and its push_back
+        sizes_.reserve(model.files.size());
         for (const FileDesc& f : model.files) {
-            const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-            struct stat st {};
-            if (fd < 0 || ::fstat(fd, &st) != 0) {
-                const int err = errno;
-                if (fd >= 0) ::close(fd);
-                return make_error(ErrorKind::io, fmt::format("'{}': open for reading: {}", f.path,
-                                                             std::strerror(err)));
-            }
-            fds_.push_back(fd);
-            sizes_.push_back(static_cast<std::uint64_t>(st.st_size));
+            auto file = internal::open_model_file(f.path);
+            if (!file) return std::move(file).error();
+            fds_.push_back(file->fd);
+            sizes_.push_back(static_cast<std::uint64_t>(file->st.st_size));
         }
         return {};
     }
@@ -111,6 +109,34 @@ Status check_extents(const ModelDesc& model, const OpenFiles& files,
     }
     return {};
 }
+
+// The model's files, opened by the first thread that needs them and checked against the
+// extents then. Only a kernel before 5.14 needs them (pread): MADV_POPULATE_READ reads through
+// the caller's mappings, and a path may by now name another file than the one mapped, whose
+// size proves nothing (issue 44 item 7).
+class FilesOnDemand {
+public:
+    FilesOnDemand(const ModelDesc& model, Span<const FileExtent> extents)
+        : model_(model), extents_(extents) {}
+    Status open() {
+        std::lock_guard lock(mutex_);
+        if (!tried_) {
+            tried_ = true;
+            status_ = files_.open(model_);
+            if (status_) status_ = check_extents(model_, files_, extents_);
+        }
+        return status_;
+    }
+    int fd(std::uint32_t i) const { return files_.fd(i); }
+
+private:
+    const ModelDesc& model_;
+    Span<const FileExtent> extents_;
+    std::mutex mutex_;
+    bool tried_ = false;
+    Status status_;
+    OpenFiles files_;
+};
 
 // Runs `work` over `jobs` on several threads, the caller's included; the first failure (or a
 // cancel from the progress callback) stops the rest at their next job.
@@ -291,6 +317,57 @@ void touch_pages(const MappedFile& file, std::uint64_t offset, std::uint64_t siz
         (void)*static_cast<volatile const std::byte*>(base + at);
 }
 
+// An extent names one of the model's files and lies inside the caller's mapping of it.
+Status check_mapped(const ModelDesc& model, Span<const MappedFile> files, const FileExtent& e) {
+    if (e.file >= model.files.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("extent names file {} of {}", e.file, model.files.size()));
+    if (e.offset > files[e.file].length || e.size > files[e.file].length - e.offset)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("'{}': extent [{}, +{}) passes the mapped length {}",
+                                      model.files[e.file].path, e.offset, e.size,
+                                      files[e.file].length));
+    return {};
+}
+
+// The offset of the first page of [offset, offset + size) that cannot be populated, or the
+// range's page-aligned end when every page can. A page wholly past the end of a shared file
+// mapping answers EFAULT, and the pages before the end all read, so a binary search over single
+// pages finds where a truncated file now ends, to a page, from the mapping alone.
+std::uint64_t first_unreadable_page(const MappedFile& file, std::uint64_t offset,
+                                    std::uint64_t size) {
+    const std::uint64_t page = host_page_size();
+    std::uint64_t low = align_down(offset, page);
+    std::uint64_t high = std::min(align_up_saturating(offset + size, page), file.length);
+    while (low < high) {
+        const std::uint64_t mid = low + align_down((high - low) / 2, page);
+        if (internal::syscalls().advise(file.base + mid, page, MADV_POPULATE_READ) == 0)
+            low = mid + page;
+        else
+            high = mid;
+    }
+    return low;
+}
+
+// A failed MADV_POPULATE_READ of `job`: where the file now ends when it was truncated under the
+// mapping (EFAULT: docs/testing.md promises the end and the extent), else the errno.
+Error populate_error(const std::string& path, const MappedFile& file, const Job& job, int err) {
+    const std::uint64_t end = job.offset + job.size;
+    const std::uint64_t stop = err == EFAULT ? first_unreadable_page(file, job.offset, job.size)
+                                             : end;
+    if (stop < end)
+        return make_error(ErrorKind::io,
+                          fmt::format("'{}': the file now ends at offset {} or before (its page "
+                                      "there cannot be read), inside the extent [{}, +{}) being "
+                                      "populated (truncated after planning?): "
+                                      "madvise(MADV_POPULATE_READ): {}", path, stop,
+                                      job.extent.offset, job.extent.size, std::strerror(err)));
+    return make_error(ErrorKind::io,
+                      fmt::format("'{}': madvise(MADV_POPULATE_READ) at offset {} of the extent "
+                                  "[{}, +{}): {}", path, job.offset, job.extent.offset,
+                                  job.extent.size, std::strerror(err)));
+}
+
 } // namespace
 
 std::vector<FileExtent> import_extents(const ModelDesc& model, const Plan& plan) {
@@ -325,23 +402,18 @@ Result<ReadReport> populate(const ModelDesc& model, Span<const MappedFile> files
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("populate: {} mappings for {} files", files.size(),
                                       model.files.size()));
-    OpenFiles open;
-    if (Status s = open.open(model); !s) return std::move(s).error();
-    if (Status s = check_extents(model, open, extents); !s) return std::move(s).error();
     std::vector<Job> jobs;
     std::uint64_t total = 0;
     for (const FileExtent& e : extents) {
-        if (e.offset + e.size > files[e.file].length)
-            return make_error(ErrorKind::invalid_argument,
-                              fmt::format("'{}': extent [{}, +{}) passes the mapped length {}",
-                                          model.files[e.file].path, e.offset, e.size,
-                                          files[e.file].length));
+        if (Status s = check_mapped(model, files, e); !s) return std::move(s).error();
         // the page-aligned tail past the end of the file has nothing to read
-        const std::uint64_t readable = std::min(e.size, open.size(e.file) - e.offset);
-        add_chunks(jobs, {e.file, e.offset, readable}, options.chunk_size);
+        const std::uint64_t size = model.files[e.file].size;
+        const std::uint64_t readable = e.offset < size ? std::min(e.size, size - e.offset) : 0;
+        add_chunks(jobs, {e.file, e.offset, readable, no_index, 0, e}, options.chunk_size);
         total += readable;
     }
     advise_huge_pages(files, extents);
+    FilesOnDemand open(model, extents);
     std::atomic<bool> old_kernel{false};
     jobs = interleave_files(jobs);
     JobRunner runner(jobs, options, total);
@@ -355,12 +427,10 @@ Result<ReadReport> populate(const ModelDesc& model, Span<const MappedFile> files
         if (!old_kernel.load()) {
             if (populate_pages(files[job.file], job.offset, job.size)) return {};
             if (const int err = errno; err != EINVAL)
-                return make_error(ErrorKind::io,
-                                  fmt::format("'{}': madvise(MADV_POPULATE_READ) at offset {}: {}",
-                                              model.files[job.file].path, job.offset,
-                                              std::strerror(err)));
+                return populate_error(model.files[job.file].path, files[job.file], job, err);
             old_kernel.store(true); // before 5.14: large preads fill the cache, then a load a page
         }
+        if (Status opened = open.open(); !opened) return opened;
         std::byte* into = buffer();
         if (into == nullptr)
             return make_error(ErrorKind::out_of_memory,

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "internal/align.hpp"
+#include "internal/model_file.hpp"
 #include "internal/nothrow.hpp"
 #include "internal/page_size.hpp"
 #include "internal/sys_hooks.hpp"
@@ -91,10 +92,10 @@ Result<WritableReopen> reopen_writable(int fd, const std::string& name) {
 }
 
 Status check_writable(const std::string& path) {
-    const int fd = syscalls().open_file(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return system_error("open O_RDONLY", fmt::format("'{}'", path));
-    auto rw = reopen_writable(fd, fmt::format("'{}'", path));
-    syscalls().close_file(fd);
+    auto opened = open_model_file(path);
+    if (!opened) return std::move(opened).error();
+    auto rw = reopen_writable(opened->fd, fmt::format("'{}'", path));
+    syscalls().close_file(opened->fd);
     if (!rw) return std::move(rw).error();
     syscalls().close_file(rw->fd);
     return {};

@@ -12,8 +12,8 @@
 // Both functions only read: files are opened O_RDONLY and never written, a read-only shared
 // mapping stays read-only, and RssAnon grows by read buffers alone (chunk_size per thread, only
 // where one is needed: a copy to a sink, populate on a kernel before 5.14; unmapped on return).
-// Every extent is checked against the file's size first, so a file truncated after planning is
-// an error naming the file and the offset, never a SIGBUS.
+// Every extent is checked against the caller's mapping first; a file truncated after planning is
+// an error naming the file, where it now ends and the extent, never a SIGBUS.
 #pragma once
 
 #include <cstdint>
@@ -73,10 +73,14 @@ struct ReadReport {
 /// every page present: the kernel reads a cold file sequentially this way, with no buffer and no
 /// copy. The extents are advised MADV_HUGEPAGE first (advice only; it splits the caller's VMA at
 /// their page-aligned edges): a cold file is then cached in PMD-sized folios where the kernel
-/// and file system can, so up to 2 MiB around an extent's edges may be read too. On a kernel without it (EINVAL, before 5.14): chunk_size preads of the file
-/// (ModelDesc::files[i].path) fill the cache, then one load per page maps it. Errors
-/// (ErrorKind::io, naming file and offset): a file that cannot be opened, an extent past the
-/// file's end (truncated after planning), a failed read.
+/// and file system can, so up to 2 MiB around an extent's edges may be read too. The paths are
+/// not opened then: the mappings are what is read, and a path may by now name another file.
+/// On a kernel without it (EINVAL, before 5.14): the files are opened by path
+/// (ModelDesc::files[i].path), checked against the extents, and chunk_size preads of them fill
+/// the cache, then one load per page maps it. Errors: ErrorKind::invalid_argument for an extent
+/// outside its mapping; ErrorKind::io, naming the file, for a file that cannot be opened, an
+/// extent past the file's end (truncated after planning: where the file now ends, to a page on
+/// 5.14 and later, and the extent), a failed read.
 WM_API Result<ReadReport> populate(const ModelDesc& model, Span<const MappedFile> files,
                                    Span<const FileExtent> extents, const ReadOptions& options = {});
 

@@ -484,10 +484,11 @@ typedef struct wm_populate_report {
  * and in parallel, before wm_execute pins them: a cold file is then read at disk speed instead
  * of one page per fault (a cold llama.cpp load measured 236 MB/s in 4 KiB requests against
  * 1,222 MB/s in large reads). Only reads: nothing is written, locked or left allocated.
- * `report` may be NULL. Fails with WM_ERROR_IO naming the file and the offset for a file that
- * cannot be read or an extent past the file's end (the file was truncated after planning),
- * WM_ERROR_INVALID_ARGUMENT for a wrong call (counts, NULL arguments). Uses the model's file
- * paths only on a kernel before 5.14 (to pread them). */
+ * `report` may be NULL. Fails with WM_ERROR_IO naming the file for a file that cannot be read
+ * or an extent past the file's end (the file was truncated after planning: the message says
+ * where it now ends and the extent), WM_ERROR_INVALID_ARGUMENT for a wrong call (counts, NULL
+ * arguments, an extent outside its mapping). Opens the model's file paths only on a kernel
+ * before 5.14 (to pread them); on 5.14 and later it reads through `files` alone. */
 WM_API wm_status wm_populate_imports(const wm_model* model, const wm_plan* plan,
                                      const wm_mapped_file* files, uint32_t file_count,
                                      wm_populate_report* report);
