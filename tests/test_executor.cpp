@@ -389,11 +389,13 @@ TEST_CASE("extent checks at execution: short mapping, misaligned base, moved res
     ExecuteOptions quiet;
     quiet.log = [](LogLevel, std::string_view) {};
 
-    SECTION("mapping shorter than the plan") {
+    SECTION("mapping shorter than its tensors: refused, every address would pass its end") {
         std::vector<MappedFile> files{{ma.base, 4096}, mb.view()};
         auto placed = execute_plan(fx.model, fx.plan(), files, importers, quiet);
-        REQUIRE(placed.ok());
-        CHECK_THAT(placed->plan().regions[0].reason, Catch::Contains("runs past the mapped length"));
+        REQUIRE_FALSE(placed.ok());
+        CHECK(placed.error().kind == ErrorKind::invalid_argument);
+        CHECK_THAT(placed.error().message, Catch::Contains("passes the mapped length 0x1000"));
+        CHECK(gpu0.imports().empty());
     }
     SECTION("importer returns another address") {
         gpu0.misalign_result_by = 16;

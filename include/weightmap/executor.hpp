@@ -107,7 +107,10 @@ private:
 /// and that its address meets the importer's alignment; a violation, like an importer's error,
 /// makes that run alone a fallback.
 /// The plan is checked against the model first: a region, run or placement whose target, file,
-/// tensor, region or run index is out of range or inconsistent fails with invalid_argument.
+/// tensor, region or run index is out of range or inconsistent fails with invalid_argument, and
+/// so does a tensor that does not lie inside files[tensor.file] (a mapping shorter than the
+/// file): every address the placement hands out, a fallback tensor's included, is inside the
+/// mapping it came from.
 WM_API Result<Placement> execute_plan(const ModelDesc& model, Plan plan,
                                Span<const MappedFile> files,
                                Span<Importer* const> importers,

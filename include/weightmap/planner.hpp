@@ -175,8 +175,9 @@ struct Plan {
 };
 
 /// Plans `model`. Fails (invalid_argument) only for an inconsistent description: a file or target
-/// index out of range, a tensor whose offset + size overflows or passes its file's size, tensor
-/// sizes that sum past 2^64, 2^32 - 1 tensors or more, a page size, an alignment or a
+/// index out of range, a tensor whose offset + size overflows or passes its file's size, a
+/// tensor whose end rounded up to its target's extent alignment (the page; for a device also
+/// the importer's alignment and tensor_alignment) passes 2^64, tensor sizes that sum past 2^64, 2^32 - 1 tensors or more, a page size, an alignment or a
 /// tensor_alignment (other than 0) that is not a power of two. Import refusals are not errors:
 /// they are fallbacks with reasons.
 /// Tensors may overlap and come in any order; the plan does not depend on their order.

@@ -424,7 +424,8 @@ WM_API void wm_execute_options_init(wm_execute_options* options);
  * alone falls back, its tensors with the importer's reason, and a warning goes through the log;
  * the region's other runs stay imported (a region is a fallback only when none of its runs is,
  * or when its importer is unavailable or its policy refuses it). Fails, with nothing left
- * imported, for a wrong call (counts, a plan of another model) or an abort from `progress`
+ * imported, for a wrong call (counts, a plan of another model, a tensor that does not lie
+ * inside its file's entry of `files`: a mapping shorter than the file) or an abort from `progress`
  * (WM_ERROR_ABORTED). The importers and the mappings must outlive the placement. */
 WM_API wm_status wm_execute(const wm_model* model, const wm_plan* plan,
                             const wm_mapped_file* files, uint32_t file_count,

@@ -258,6 +258,26 @@ Status check_plan_against_model(const ModelDesc& model, const Plan& plan) {
     return {};
 }
 
+// Tensor t lies inside the caller's mapping of its file. Every address the placement hands out
+// (locate's host_address, a fallback's included) is base + offset: a mapping shorter than the
+// file gave addresses past its end with WM_OK (issue 44 item 2).
+Status check_tensor_mapped(const ModelDesc& model, Span<const MappedFile> files, std::size_t t) {
+    const TensorDesc& tensor = model.tensors[t];
+    if (tensor.file >= files.size())
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("execute_plan: tensor {} ('{}') names file {} of {}", t,
+                                      tensor.name, tensor.file, files.size()));
+    const MappedFile& mapped = files[tensor.file];
+    if (tensor.offset > mapped.length || tensor.size > mapped.length - tensor.offset)
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("execute_plan: tensor {} ('{}') [{:#x}, +{:#x}) passes the "
+                                      "mapped length {:#x} of file {} ('{}', {} bytes): map the "
+                                      "whole file", t, tensor.name, tensor.offset, tensor.size,
+                                      mapped.length, tensor.file, model.files[tensor.file].path,
+                                      model.files[tensor.file].size));
+    return {};
+}
+
 // Checks the call's shape before anything is imported.
 Status check_call(const ModelDesc& model, const Plan& plan, Span<const MappedFile> files,
                   Span<Importer* const> importers) {
@@ -282,11 +302,7 @@ Status check_call(const ModelDesc& model, const Plan& plan, Span<const MappedFil
     }
     if (Status fits = check_plan_against_model(model, plan); !fits) return std::move(fits).error();
     for (std::size_t t = 0; t < model.tensors.size(); ++t)
-        if (model.tensors[t].file >= files.size())
-            return make_error(ErrorKind::invalid_argument,
-                              fmt::format("execute_plan: tensor {} ('{}') names file {} of {}", t,
-                                          model.tensors[t].name, model.tensors[t].file,
-                                          files.size()));
+        if (Status s = check_tensor_mapped(model, files, t); !s) return s;
     return {};
 }
 

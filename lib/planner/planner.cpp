@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -47,6 +48,14 @@ bool passes_tightness_gate(std::uint64_t first, std::uint64_t last,
 }
 
 namespace {
+
+// What the extents of `target`'s regions are aligned to: the page, and for a device the
+// importer's alignment and tensor alignment too.
+std::uint64_t extent_alignment(const TargetDesc& target, std::uint64_t page) {
+    if (target.caps.is_cpu) return page;
+    return std::max({page, target.caps.alignment, target.caps.tensor_alignment});
+}
+
 
 constexpr std::uint32_t none = no_index;
 constexpr std::uint64_t no_lane = UINT64_MAX; // the CPU: passthrough shares pages freely
@@ -982,9 +991,7 @@ void Planner::add_regions() {
         w.begin = g.begin;
         w.end = g.aligned_end;
         w.group_end = g.end;
-        w.align = target.caps.is_cpu ? page_
-                                     : std::max({page_, target.caps.alignment,
-                                                 target.caps.tensor_alignment});
+        w.align = extent_alignment(target, page_);
         w.mapped_len = align_up_saturating(model_.files[g.file].size, page_);
         w.max_import = target.caps.is_cpu ? 0 : target.caps.max_import_size;
         if (!target.caps.is_cpu)
@@ -1130,6 +1137,15 @@ Status validate(const ModelDesc& model, std::uint64_t page) {
                               fmt::format("tensor {} ('{}'): bytes [{}, {}+{}) pass the end of "
                                           "file '{}' ({} bytes)",
                                           i, t.name, t.offset, t.offset, t.size, f.path, f.size));
+        // Every extent ends at a tensor end rounded up to the target's alignment: an end that
+        // rounds past 2^64 gave a run that does not cover its tensor (issue 44 item 9).
+        const std::uint64_t align = extent_alignment(model.targets[t.target], page);
+        if (end > std::numeric_limits<std::uint64_t>::max() - (align - 1))
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("tensor {} ('{}'): its end {:#x} in file '{}' rounded "
+                                          "up to the {} bytes of target '{}' passes 2^64: no "
+                                          "mapping can hold it", i, t.name, end, f.path, align,
+                                          model.targets[t.target].name));
         if (__builtin_add_overflow(total, t.size, &total))
             return make_error(ErrorKind::invalid_argument,
                               fmt::format("tensor {} ('{}'): the tensor sizes sum past 2^64 bytes",
