@@ -4,10 +4,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <set>
+#include <string>
+#include <tuple>
 #include <type_traits>
 
 #include <fmt/format.h>
+
+#include "internal/nothrow.hpp"
 
 namespace wm {
 
@@ -51,28 +57,125 @@ Status check_import(const Importer& importer, void* host_address, std::uint64_t 
     return {};
 }
 
+// Every live import of every importer, process-wide: release() and read_back() of anything else
+// reached the backend, and the default read_back() copied from a forged or unmapped address
+// (issue 44 item 1: wm_importer_read_back of a released CPU import segfaulted). A set rather
+// than a member of Importer, so the class layout engines subclass stays as it was.
+class LiveImports {
+public:
+    // Addresses as integers: they are ordered, where pointers to unrelated objects are not.
+    using Key = std::tuple<std::uintptr_t, std::uintptr_t, std::uint64_t, std::uintptr_t,
+                           std::uint64_t, std::uint64_t>;
+    static Key key(const Importer& importer, const ImportedBuffer& b) noexcept {
+        return {address_of(&importer), address_of(b.host_address), b.size,
+                address_of(b.device_address), b.native_memory, b.native_buffer};
+    }
+    void add(const Key& k) { // may throw bad_alloc, with nothing added
+        std::lock_guard lock(mutex_);
+        live_.insert(k);
+    }
+    bool remove(const Key& k) noexcept {
+        std::lock_guard lock(mutex_);
+        const auto it = live_.find(k);
+        if (it == live_.end()) return false;
+        live_.erase(it);
+        return true;
+    }
+    bool contains(const Key& k) const noexcept {
+        std::lock_guard lock(mutex_);
+        return live_.count(k) != 0;
+    }
+    void forget(const Importer* importer) noexcept {
+        const std::uintptr_t at = address_of(importer);
+        std::lock_guard lock(mutex_);
+        live_.erase(live_.lower_bound(Key{at, 0, 0, 0, 0, 0}),
+                    live_.lower_bound(Key{at + 1, 0, 0, 0, 0, 0}));
+    }
+
+private:
+    static std::uintptr_t address_of(const void* p) noexcept {
+        return reinterpret_cast<std::uintptr_t>(p);
+    }
+    mutable std::mutex mutex_;
+    std::multiset<Key> live_; // the same range may be imported twice
+};
+
+LiveImports& live_imports() {
+    static LiveImports* live = new LiveImports; // never destroyed: importers may outlive statics
+    return *live;
+}
+
+// An importer's result for [address, +size) must be that range: base + offset == mapping + file
+// offset for every tensor depends on it (issue 44 item 11: wm_importer_import handed a NULL
+// host, size 0, half the size or a moved range back as WM_OK, which wm_execute refused).
+std::string result_mismatch(const Importer& importer, const ImportedBuffer& buffer,
+                            void* address, std::uint64_t size) {
+    if (buffer.host_address == address && buffer.size >= size) return {};
+    return fmt::format("{} importer returned {} +{:#x} for {} +{:#x}", importer.name(),
+                       buffer.host_address, buffer.size, address, size);
+}
+
 } // namespace
+
+Importer::~Importer() { live_imports().forget(this); }
 
 // A backend that runs out of memory recording an import has undone it (internal/undo.hpp);
 // the bad_alloc stops here, as no exception crosses the API.
 Result<ImportedBuffer> Importer::import(void* host_address, std::uint64_t size) {
     try {
         if (Status s = check_import(*this, host_address, size); !s) return std::move(s).error();
-        return import_checked(host_address, size);
+        Result<ImportedBuffer> imported = import_checked(host_address, size);
+        if (!imported) return imported;
+        std::string mismatch = result_mismatch(*this, imported.value(), host_address, size);
+        if (mismatch.empty()) {
+            try {
+                live_imports().add(LiveImports::key(*this, imported.value()));
+                return imported;
+            } catch (const std::bad_alloc&) {
+                mismatch = "out of memory";
+            }
+        }
+        if (Status s = release_checked(imported.value()); !s)
+            mismatch += fmt::format(" (and releasing it failed: {})", s.error().message);
+        return make_error(mismatch == "out of memory" ? ErrorKind::out_of_memory
+                                                      : ErrorKind::import_failed,
+                          mismatch);
     } catch (const std::bad_alloc&) {
         return Error{ErrorKind::out_of_memory, "out of memory"};
     }
 }
 
+Status Importer::release(const ImportedBuffer& buffer) noexcept {
+    if (!live_imports().remove(LiveImports::key(*this, buffer)))
+        return internal::status_nothrow([&] {
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("{} release: {} +{:#x} is not a live import of this "
+                                          "importer (released already, or never imported)",
+                                          name(), buffer.host_address, buffer.size));
+        });
+    return release_checked(buffer);
+}
+
 Status Importer::read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
                            void* dst) {
-    if (buffer.device_address == nullptr)
-        return make_error(ErrorKind::unsupported,
-                          fmt::format("{} importer cannot read its buffers back", name()));
+    if (buffer.imported && !live_imports().contains(LiveImports::key(*this, buffer)))
+        return make_error(ErrorKind::invalid_argument,
+                          fmt::format("{} read_back: {} +{:#x} is not a live import of this "
+                                      "importer (released already, or never imported)", name(),
+                                      buffer.host_address, buffer.size));
     if (offset > buffer.size || size > buffer.size - offset)
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("read_back [{}, +{}) outside a buffer of {} bytes", offset,
                                       size, buffer.size));
+    return read_back_checked(buffer, offset, size, dst);
+}
+
+Status Importer::read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                                   std::uint64_t size, void* dst) {
+    if (!buffer.imported || buffer.device_address == nullptr)
+        return make_error(ErrorKind::unsupported,
+                          fmt::format("{} importer cannot read {} back", name(),
+                                      buffer.imported ? "its buffers" : "a copy it did not make"));
     std::memcpy(dst, static_cast<const std::byte*>(buffer.device_address) + offset, size);
     return {};
 }

@@ -6,7 +6,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <set>
 #include <utility>
 
 #include <sys/mman.h>
@@ -35,33 +34,38 @@ public:
     Availability available() const override { return {true, {}}; }
 
 protected:
-    // Passthrough acquires nothing: a record that throws leaves nothing imported.
+    // Passthrough acquires nothing: the base records the import as live.
     Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) override {
         ImportedBuffer buffer;
         buffer.host_address = host_address;
         buffer.size = size;
         buffer.device_address = host_address;
-        std::lock_guard lock(mutex_);
-        imports_.insert({host_address, size});
         return buffer;
     }
 
-public:
-    // Passthrough pins nothing, but a release of a buffer it never handed out (or handed back
-    // already) is still the caller's bug: say so, as every other importer does.
-    Status release(const ImportedBuffer& buffer) noexcept override {
-        return internal::status_nothrow([&]() -> Status {
+    // Passthrough pins nothing; Importer::release has checked the buffer was a live import.
+    Status release_checked(const ImportedBuffer&) noexcept override { return {}; }
+
+    // An import through the base (its live record checked there); a copy only when this
+    // importer made it and has not freed it: a forged one's address may be unmapped.
+    Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                             std::uint64_t size, void* dst) override {
+        if (buffer.imported) return Importer::read_back_checked(buffer, offset, size, dst);
+        {
             std::lock_guard lock(mutex_);
-            auto it = imports_.find({buffer.host_address, buffer.size});
-            if (it == imports_.end())
+            auto it = copies_.find(buffer.host_address);
+            if (it == copies_.end() || it->second != buffer.size ||
+                buffer.device_address != buffer.host_address)
                 return make_error(ErrorKind::invalid_argument,
-                                  fmt::format("cpu release: {} +{} is not a live import of this "
-                                              "importer", buffer.host_address, buffer.size));
-            imports_.erase(it);
-            return {};
-        });
+                                  fmt::format("cpu read_back: {} +{} is not a copy this importer "
+                                              "allocated (or it was freed)", buffer.host_address,
+                                              buffer.size));
+        }
+        std::memcpy(dst, static_cast<const std::byte*>(buffer.host_address) + offset, size);
+        return {};
     }
 
+public:
     // The control arm on the CPU: a private anonymous copy, as a CPU "device buffer" would be.
     Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override {
         if (size == 0) return make_error(ErrorKind::invalid_argument, "cpu copy: zero size");
@@ -112,7 +116,6 @@ public:
 private:
     std::mutex mutex_;
     std::map<void*, std::uint64_t> copies_; // allocate_copy's live buffers and their sizes
-    std::multiset<std::pair<void*, std::uint64_t>> imports_; // live imports (they may repeat)
 };
 
 } // namespace

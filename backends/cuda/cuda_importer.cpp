@@ -300,7 +300,7 @@ CudaImporterState CudaImporter::state() const {
     return state;
 }
 
-Status CudaImporter::release(const ImportedBuffer& buffer) noexcept {
+Status CudaImporter::release_checked(const ImportedBuffer& buffer) noexcept {
     return internal::status_nothrow([&]() -> Status {
         if (!driver_)
             return make_error(ErrorKind::invalid_argument,
@@ -357,8 +357,8 @@ Result<CUdeviceptr> CudaImporter::device_range(const ImportedBuffer& buffer, std
     return device + offset;
 }
 
-Status CudaImporter::read_back(const ImportedBuffer& buffer, std::uint64_t offset,
-                               std::uint64_t size, void* dst) {
+Status CudaImporter::read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                                       std::uint64_t size, void* dst) {
     if (!driver_)
         return make_error(ErrorKind::unsupported, "cuda read_back: the driver did not load");
     bool direct = false;

@@ -44,9 +44,9 @@ public:
     ImporterCaps caps() const noexcept override;
     ImporterNotes notes() const noexcept override;
     Availability available() const override { return availability_; }
-    Status release(const ImportedBuffer& buffer) noexcept override;
-    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
-                     void* dst) override;
+    Status release_checked(const ImportedBuffer& buffer) noexcept override;
+    Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                             std::uint64_t size, void* dst) override;
     Result<ImportedBuffer> allocate_copy(const void* src, std::uint64_t size) override;
     Status free_copy(const ImportedBuffer& buffer) noexcept override;
 

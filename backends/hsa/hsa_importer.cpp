@@ -216,7 +216,7 @@ public:
     // Formatting a message can throw bad_alloc, which a noexcept release must not let out:
     // status_nothrow turns it into out_of_memory. Nothing after the erase throws but the
     // message, so the bookkeeping stays consistent either way.
-    Status release(const ImportedBuffer& buffer) noexcept override {
+    Status release_checked(const ImportedBuffer& buffer) noexcept override {
         return internal::status_nothrow([&]() -> Status {
             if (!runtime_)
                 return make_error(ErrorKind::invalid_argument,
@@ -259,8 +259,10 @@ public:
 
     // The agent pointer need not be host-addressable (on a dGPU it is a GPU virtual address);
     // the lock pins the mapping's own pages, so the host view is what the device reads.
-    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
-                     void* dst) override {
+    Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                             std::uint64_t size, void* dst) override {
+        // A copy: this importer makes none (the base says unsupported).
+        if (!buffer.imported) return Importer::read_back_checked(buffer, offset, size, dst);
         if (buffer.host_address == nullptr || offset > buffer.size || size > buffer.size - offset)
             return make_error(ErrorKind::invalid_argument,
                               fmt::format("hsa read_back [{}, +{}) outside a buffer of {} bytes at "

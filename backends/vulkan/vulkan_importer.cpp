@@ -514,7 +514,7 @@ void VulkanImporter::destroy_record(VkDeviceMemory memory, const Record& record)
     fns_.free_memory(params_.device, memory, nullptr);
 }
 
-Status VulkanImporter::release(const ImportedBuffer& buffer) noexcept {
+Status VulkanImporter::release_checked(const ImportedBuffer& buffer) noexcept {
     return destroy_buffer(buffer, true, "release");
 }
 

@@ -172,8 +172,8 @@ Status VulkanImporter::staged_copy(const StagedCopy& copy) {
     return {};
 }
 
-Status VulkanImporter::read_back(const ImportedBuffer& buffer, std::uint64_t offset,
-                                 std::uint64_t size, void* dst) {
+Status VulkanImporter::read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                                         std::uint64_t size, void* dst) {
     if (Status s = check_usable("read_back"); !s) return s;
     if (params_.queue == VK_NULL_HANDLE)
         return make_error(ErrorKind::unsupported,

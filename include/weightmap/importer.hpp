@@ -104,7 +104,8 @@ struct ImportedBuffer {
 /// concurrently from several threads (engines load several models at once).
 class WM_API Importer {
 public:
-    virtual ~Importer() = default;
+    /// Forgets its live imports (they must have been released: see release()).
+    virtual ~Importer();
 
     /// Short stable name: "cpu", "vulkan", "hsa", "cuda", or a test's own.
     virtual std::string_view name() const noexcept = 0;
@@ -119,25 +120,31 @@ public:
     /// Imports [host_address, host_address + size). Checks the preconditions here, once, for
     /// every backend: host_address not null, size > 0, both multiples of caps().alignment, the
     /// range not wrapping the address space (ErrorKind::invalid_argument), size <=
-    /// max_import_size when that is set (ErrorKind::limit); then calls import_checked(). Out of
-    /// memory is ErrorKind::out_of_memory, with nothing imported. On
-    /// failure the error's message is the backend's own reason (status string, VkResult name);
-    /// nothing stays imported.
+    /// max_import_size when that is set (ErrorKind::limit); then calls import_checked(), and
+    /// checks its result: a buffer whose host_address is not the one asked for or whose size is
+    /// smaller is released again and refused (ErrorKind::import_failed, "returned ... for ...").
+    /// Out of memory is ErrorKind::out_of_memory, with nothing imported. On failure the
+    /// error's message is the backend's own reason (status string, VkResult name); nothing
+    /// stays imported. A buffer it returns is a live import of this importer until release().
     Result<ImportedBuffer> import(void* host_address, std::uint64_t size);
 
-    /// Releases a buffer returned by import(). A failure is reported (for the log) but the
-    /// buffer must not be released twice either way.
-    virtual Status release(const ImportedBuffer& buffer) noexcept = 0;
+    /// Releases a live import (a buffer import() returned, not yet released) through
+    /// release_checked(). Anything else - released already, never imported, another importer's,
+    /// a copy with any field changed - is ErrorKind::invalid_argument and reaches no backend.
+    /// A backend's failure is reported (for the log) but the buffer is no longer live either
+    /// way: never release it twice.
+    Status release(const ImportedBuffer& buffer) noexcept;
 
     // --- optional entries, with documented defaults -------------------------------------------
     // Used by verification (wm-load) and by the copy control arm; an engine needs none of them.
 
     /// Copies `size` bytes at `offset` of `buffer` *as the device sees them* into `dst`
-    /// (Vulkan: through a transfer into a host-visible buffer). Default: memcpy from
-    /// buffer.device_address when it is set (CPU, and HSA where the agent pointer is
-    /// host-accessible), otherwise `unsupported`.
-    virtual Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
-                             void* dst);
+    /// (Vulkan: through a transfer into a host-visible buffer), through read_back_checked().
+    /// `buffer` is a live import of this importer (else ErrorKind::invalid_argument: a released
+    /// or forged buffer's address may be unmapped), or one of its allocate_copy() buffers
+    /// (imported = false, which the backend checks itself); [offset, +size) lies inside it.
+    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
+                     void* dst);
 
     /// The control arm: allocates a buffer on this importer's device and copies `size` bytes
     /// from `src` into it, as an engine without imports would. The result has imported = false
@@ -151,6 +158,16 @@ protected:
     /// import() after its precondition checks passed: the backend's own work. It may throw
     /// std::bad_alloc (import() reports out_of_memory) only with nothing left imported.
     virtual Result<ImportedBuffer> import_checked(void* host_address, std::uint64_t size) = 0;
+
+    /// release() of a buffer it checked is a live import of this importer.
+    virtual Status release_checked(const ImportedBuffer& buffer) noexcept = 0;
+
+    /// read_back() of a live import or an allocate_copy() buffer, the range checked to lie
+    /// inside it. Default: for an import, memcpy from buffer.device_address when it is set (CPU,
+    /// and HSA where the agent pointer is host-accessible), otherwise `unsupported`; for a copy,
+    /// `unsupported` (the default allocate_copy() makes none).
+    virtual Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                                     std::uint64_t size, void* dst);
 };
 
 } // namespace wm

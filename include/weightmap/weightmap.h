@@ -174,7 +174,17 @@ typedef struct wm_imported_buffer {
 /* An importer the engine supplies. `user` is passed to every callback. The callbacks may be
  * called concurrently from several threads (like wm::Importer's) and must not call back into
  * the same wm_importer. `reason` buffers are NUL-terminated by the library when the callback
- * leaves them empty; a callback writes at most reason_size bytes including the NUL. */
+ * leaves them empty; a callback writes at most reason_size bytes including the NUL.
+ * A callback should not throw, but one that does (a C++ engine's function in this table) is
+ * caught, never let through the library: creation fails when caps throws then; later, the call
+ * that reached the callback fails with WM_ERROR_INTERNAL and a message naming the callback and
+ * what() (wm_importer_get_caps, wm_importer_import, wm_importer_release, wm_importer_read_back;
+ * in wm_execute the run falls back with that reason; the planner and executor keep the caps
+ * given at creation); a throwing available makes the importer unavailable with that reason; a
+ * throwing destroy is logged. The library checks every buffer handed to release and read_back
+ * is a live import of this importer (else WM_ERROR_INVALID_ARGUMENT, the callback not called),
+ * and that every import result is the range asked for (else the import is released and
+ * refused, WM_ERROR_IMPORT_FAILED). */
 typedef struct wm_importer_vtable {
     uint32_t struct_size;
     /* Short stable name ("ggml-vulkan"): copied at creation. Required. It is also the importer
@@ -239,7 +249,9 @@ WM_API wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* o
  * by the importer and valid until its destruction (other threads' calls do not overwrite it). */
 WM_API bool wm_importer_available(wm_importer* importer, const char** reason);
 /* Copies `size` bytes at `offset` of `buffer` (one of this importer's imports) as the device
- * sees them into `dst`: for verification. WM_ERROR_UNSUPPORTED where the importer cannot. */
+ * sees them into `dst`: for verification. WM_ERROR_UNSUPPORTED where the importer cannot;
+ * WM_ERROR_INVALID_ARGUMENT, reading nothing, for a buffer that is not a live import of this
+ * importer (released, forged, another importer's, any field changed). */
 WM_API wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_buffer* buffer,
                                        uint64_t offset, uint64_t size, void* dst);
 
@@ -247,12 +259,15 @@ WM_API wm_status wm_importer_read_back(wm_importer* importer, const wm_imported_
  * importer that composes one of libweightmap's (the llama.cpp glue wraps the CUDA and HSA
  * importers' device addresses in buffers of its backend). The preconditions are the importer's
  * (wm::Importer::import: both multiples of caps.alignment, size > 0, at most max_import_size);
- * on failure nothing stays imported and wm_last_error has the backend's reason. Release `out`
+ * on failure nothing stays imported and wm_last_error has the backend's reason. A result that
+ * is not the range asked for (another host address, a smaller size) is released again and
+ * refused with WM_ERROR_IMPORT_FAILED ("... returned ... for ..."), as wm_execute refuses it. Release `out`
  * exactly once with wm_importer_release, before the importer is destroyed. */
 WM_API wm_status wm_importer_import(wm_importer* importer, void* host_address, uint64_t size,
                                     wm_imported_buffer* out);
 /* Releases a buffer wm_importer_import returned. A failure is reported, but the buffer must not
- * be released again either way. */
+ * be released again either way: a buffer that is not a live import of this importer is
+ * WM_ERROR_INVALID_ARGUMENT and reaches no callback or driver. */
 WM_API wm_status wm_importer_release(wm_importer* importer, const wm_imported_buffer* buffer);
 
 /* --- the model description ------------------------------------------------------------------- */

@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "c_api.hpp"
+#include "internal/nothrow.hpp"
+#include "weightmap/log.hpp"
 #include "weightmap/registry.hpp"
 
 namespace wm::c_api {
@@ -80,32 +84,92 @@ std::string reason_text(std::vector<char>& reason, const std::string& otherwise)
     return reason[0] != '\0' ? std::string(reason.data()) : otherwise;
 }
 
-// An importer the engine supplies as a table of C function pointers.
+// An engine's callback threw (a C++ engine behind the C table): what the callback's wrapper
+// reports instead, naming the callback, as no exception may cross the API (issue 44 item 8:
+// a throwing caps or release callback went through a noexcept wrapper into std::terminate).
+Error callback_threw(std::string_view importer, const char* callback) noexcept {
+    try {
+        try {
+            throw;
+        } catch (const std::bad_alloc&) {
+            return Error{ErrorKind::out_of_memory, "out of memory"};
+        } catch (const std::exception& e) {
+            return make_error(ErrorKind::internal,
+                              fmt::format("custom importer '{}': its {} callback threw: {}",
+                                          importer, callback, e.what()));
+        } catch (...) {
+            return make_error(ErrorKind::internal,
+                              fmt::format("custom importer '{}': its {} callback threw an "
+                                          "exception that is not a std::exception", importer,
+                                          callback));
+        }
+    } catch (...) { // formatting the message ran out of memory
+        return Error{ErrorKind::internal, "a custom importer's callback threw"};
+    }
+}
+
+// An importer the engine supplies as a table of C function pointers. Every callback is called
+// inside a try: C++ engines supply such tables too, and their functions may throw.
 class VtableImporter final : public Importer {
 public:
-    // The notes are read once, here, and kept: caps() must not allocate, and the C API hands
-    // out pointers to them that stay valid as long as the importer.
+    // The caps are read once here, and kept: the notes because caps() must not allocate and the
+    // C API hands out pointers to them; the caps as what a later caps() call that throws
+    // returns. A caps callback that throws here fails the creation (CreationFailed, which
+    // wm_importer_create_custom reports).
     VtableImporter(const wm_importer_vtable& vtable, void* user)
         : vtable_(vtable), user_(user), name_(vtable.name) {
-        const wm_importer_caps caps = read_caps();
-        file_pages_note_ = caps.file_pages_note != nullptr ? caps.file_pages_note : "";
-        device_memory_note_ = caps.device_memory_note != nullptr ? caps.device_memory_note : "";
+        Result<wm_importer_caps> caps = read_caps();
+        if (!caps) throw CreationFailed{std::move(caps).error()};
+        created_caps_ = caps_from_c(caps.value());
+        file_pages_note_ = note_or_empty(caps->file_pages_note);
+        device_memory_note_ = note_or_empty(caps->device_memory_note);
     }
     ~VtableImporter() override {
-        if (vtable_.destroy != nullptr) vtable_.destroy(user_);
+        if (vtable_.destroy == nullptr) return;
+        try {
+            vtable_.destroy(user_);
+        } catch (...) {
+            log_message({}, LogLevel::error, callback_threw(name_, "destroy").message);
+        }
     }
+
+    struct CreationFailed {
+        Error error;
+    };
 
     std::string_view name() const noexcept override { return name_; }
 
-    ImporterCaps caps() const noexcept override { return caps_from_c(read_caps()); }
+    // A caps callback that throws after creation: logged, and the caps read at creation stand.
+    ImporterCaps caps() const noexcept override {
+        Result<wm_importer_caps> caps = read_caps();
+        if (caps) return caps_from_c(caps.value());
+        log_message({}, LogLevel::error,
+                    caps.error().message + "; using the caps it gave at creation");
+        return created_caps_;
+    }
     ImporterNotes notes() const noexcept override {
         return {file_pages_note_, device_memory_note_, {}, {}};
+    }
+
+    /// The caps callback's answer now, or why there is none.
+    Result<wm_importer_caps> read_caps() const noexcept {
+        wm_importer_caps caps = caps_to_c(ImporterCaps{});
+        try {
+            vtable_.caps(user_, &caps);
+        } catch (...) {
+            return callback_threw(name_, "caps");
+        }
+        return caps;
     }
 
     Availability available() const override {
         if (vtable_.available == nullptr) return {true, {}};
         std::vector<char> reason(reason_capacity, '\0');
-        if (vtable_.available(user_, reason.data(), reason.size())) return {true, {}};
+        try {
+            if (vtable_.available(user_, reason.data(), reason.size())) return {true, {}};
+        } catch (...) {
+            return {false, callback_threw(name_, "available").message};
+        }
         return {false, reason_text(reason, name_ + " says it is unavailable (no reason given)")};
     }
 
@@ -114,8 +178,13 @@ protected:
         wm_imported_buffer out{};
         out.imported = true;
         std::vector<char> reason(reason_capacity, '\0');
-        const wm_status status = callback_status(
-            raw_enum(vtable_.import(user_, host_address, size, &out, reason.data(), reason.size())));
+        wm_status status = WM_OK;
+        try {
+            status = callback_status(raw_enum(
+                vtable_.import(user_, host_address, size, &out, reason.data(), reason.size())));
+        } catch (...) {
+            return callback_threw(name_, "import");
+        }
         if (status != WM_OK)
             return make_error(kind_of(status),
                               reason_text(reason, std::string(wm_status_name(status)) +
@@ -123,35 +192,42 @@ protected:
         return buffer_from_c(out);
     }
 
-public:
-    Status release(const ImportedBuffer& buffer) noexcept override {
+    Status release_checked(const ImportedBuffer& buffer) noexcept override {
         const wm_imported_buffer c_buffer = buffer_to_c(buffer);
-        const wm_status status = callback_status(raw_enum(vtable_.release(user_, &c_buffer)));
+        wm_status status = WM_OK;
+        try {
+            status = callback_status(raw_enum(vtable_.release(user_, &c_buffer)));
+        } catch (...) {
+            return callback_threw(name_, "release");
+        }
         if (status == WM_OK) return {};
-        return make_error(kind_of(status), wm_status_name(status));
+        return internal::status_nothrow([&] { return make_error(kind_of(status), wm_status_name(status)); });
     }
 
-    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
-                     void* dst) override {
-        if (vtable_.read_back == nullptr) return Importer::read_back(buffer, offset, size, dst);
+    Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                             std::uint64_t size, void* dst) override {
+        if (vtable_.read_back == nullptr)
+            return Importer::read_back_checked(buffer, offset, size, dst);
         const wm_imported_buffer c_buffer = buffer_to_c(buffer);
         std::vector<char> reason(reason_capacity, '\0');
-        const wm_status status = callback_status(raw_enum(vtable_.read_back(
-            user_, &c_buffer, offset, size, dst, reason.data(), reason.size())));
+        wm_status status = WM_OK;
+        try {
+            status = callback_status(raw_enum(vtable_.read_back(
+                user_, &c_buffer, offset, size, dst, reason.data(), reason.size())));
+        } catch (...) {
+            return callback_threw(name_, "read_back");
+        }
         if (status == WM_OK) return {};
         return make_error(kind_of(status), reason_text(reason, wm_status_name(status)));
     }
 
 private:
-    wm_importer_caps read_caps() const noexcept {
-        wm_importer_caps caps = caps_to_c(ImporterCaps{});
-        vtable_.caps(user_, &caps);
-        return caps;
-    }
+    static std::string note_or_empty(const char* note) { return note != nullptr ? note : ""; }
 
     wm_importer_vtable vtable_;
     void* user_;
     std::string name_;
+    ImporterCaps created_caps_;
     std::string file_pages_note_, device_memory_note_; // the caps callback's, at creation
 };
 
@@ -207,7 +283,11 @@ wm_status wm_importer_create_custom(const wm_importer_vtable* vtable, void* user
         // The handle first: once the VtableImporter exists, its destructor runs the engine's
         // destroy, which a creation that reports failure (out of memory) must not do.
         auto handle = std::make_unique<wm_importer>();
-        handle->importer = std::make_unique<VtableImporter>(table, user);
+        try {
+            handle->importer = std::make_unique<VtableImporter>(table, user);
+        } catch (const VtableImporter::CreationFailed& failed) {
+            return fail(fn, failed.error);
+        }
         *out = handle.release();
         return WM_OK;
     });
@@ -267,6 +347,12 @@ wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out) {
         wm_status status = WM_OK;
         if (null_arg(importer, fn, "importer", status)) return status;
         const wm::Importer& cpp = *importer->importer;
+        // A custom importer's caps callback that throws is this call's error, not the caps it
+        // gave at creation that caps() falls back on.
+        if (const auto* custom = dynamic_cast<const VtableImporter*>(&cpp)) {
+            wm::Result<wm_importer_caps> caps = custom->read_caps();
+            if (!caps) return fail(fn, caps.error());
+        }
         return write_out(out, caps_to_c(cpp.caps(), cpp.notes()), fn, "out");
     });
 }
@@ -281,9 +367,13 @@ bool wm_importer_available(wm_importer* importer, const char** reason) {
         wm::Availability availability = importer->importer->available();
         if (reason != nullptr) *reason = importer->keep_reason(std::move(availability.reason));
         return availability.available;
-    } catch (...) {
+    } catch (const std::bad_alloc&) { // an available() that threw anything else said why
         fail(WM_ERROR_OUT_OF_MEMORY, "wm_importer_available: out of memory");
         if (reason != nullptr) *reason = "out of memory";
+        return false;
+    } catch (...) { // a registry importer's available() that threw: a bug of ours
+        fail(WM_ERROR_INTERNAL, "wm_importer_available: the importer's available() threw");
+        if (reason != nullptr) *reason = "the importer's available() threw";
         return false;
     }
 }

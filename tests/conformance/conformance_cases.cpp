@@ -748,11 +748,11 @@ public:
     ImporterCaps caps() const noexcept override { return inner_.caps(); }
     ImporterNotes notes() const noexcept override { return inner_.notes(); }
     Availability available() const override { return inner_.available(); }
-    Status release(const ImportedBuffer& buffer) noexcept override {
+    Status release_checked(const ImportedBuffer& buffer) noexcept override {
         return inner_.release(buffer);
     }
-    Status read_back(const ImportedBuffer& buffer, std::uint64_t offset, std::uint64_t size,
-                     void* dst) override {
+    Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
+                             std::uint64_t size, void* dst) override {
         return inner_.read_back(buffer, offset, size, dst);
     }
     int calls = 0;

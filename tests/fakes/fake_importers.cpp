@@ -36,7 +36,7 @@ Result<ImportedBuffer> FakeImporter::import_checked(void* host_address, std::uin
 
 // Records first what cannot throw, so that a release under an allocation fault
 // (support/alloc_fault.hpp) still takes the buffer back, as a real importer's does.
-Status FakeImporter::release(const ImportedBuffer& buffer) noexcept try {
+Status FakeImporter::release_checked(const ImportedBuffer& buffer) noexcept try {
     {
         std::lock_guard lock(mutex_);
         ++release_calls_;

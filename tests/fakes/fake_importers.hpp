@@ -39,7 +39,7 @@ public:
         return {file_pages_note_, device_memory_note_, {}, {}};
     }
     Availability available() const override { return availability_; }
-    Status release(const ImportedBuffer& buffer) noexcept override;
+    Status release_checked(const ImportedBuffer& buffer) noexcept override;
 
     // --- behaviour switches -------------------------------------------------------------
     /// The N-th import (1-based) fails; 0 never.
