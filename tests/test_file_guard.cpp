@@ -609,12 +609,14 @@ rlim_t limit_leaving(int free) {
 
 } // namespace
 
-TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind") {
+TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind; the caller's "
+          "descriptor never holds the lease") {
     wm::test::TempFile file(file_size), second(file_size);
     Fd ok(open_read_only(file.path()));
     Fd other(open_read_only(second.path()));
     const int before = count_fds();
-    // Room for inotify, two eventfds and the first file's duplicate: the second's fails.
+    // Room for inotify, two eventfds and the first file's reopened descriptor: the second's
+    // reopen fails.
     rlimit old{};
     REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
     rlimit low = old;
@@ -626,16 +628,19 @@ TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind"
     REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
     REQUIRE_FALSE(failed);
     CHECK(failed.error().kind == ErrorKind::io);
-    CHECK_THAT(failed.error().message, Catch::Contains("files[1] (/m/second.gguf)") &&
-                                           Catch::Contains("F_DUPFD_CLOEXEC") &&
-                                           Catch::Contains("EMFILE"));
+    CHECK_THAT(failed.error().message,
+               Catch::Contains("files[1] (/m/second.gguf): fd " + std::to_string(other.fd)) &&
+                   Catch::Contains("open(/proc/self/fd/" + std::to_string(other.fd) + ")") &&
+                   Catch::Contains("EMFILE"));
     CHECK(count_fds() == before);
     CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK);
     {
         Events events;
         FileGuard guard = make_guard(ok.fd, file.path(), events);
-        CHECK(fcntl(ok.fd, F_GETLEASE) == F_RDLCK); // shared description: the guard's lease
+        CHECK(guard.status(0)->lease == FileLeaseState::held);
+        CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK); // the lease is on the guard's description
+        CHECK(count_fds() == before + 4);
     }
-    CHECK(count_fds() == before); // destroyed: its duplicate, inotify and eventfds are closed
+    CHECK(count_fds() == before); // destroyed: its descriptor, inotify and eventfds are closed
     CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK);
 }

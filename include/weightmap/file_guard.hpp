@@ -29,6 +29,10 @@
 
 namespace wm {
 
+namespace internal {
+struct FileGuardAccess; // the C API's create-then-publish (lib/internal/file_guard_access.hpp)
+}
+
 /// One file to guard: a descriptor the caller opened O_RDONLY (a descriptor open for writing
 /// would itself forbid a read lease: the call fails) and its path, for messages only. The guard
 /// duplicates the descriptor, so the caller may close its own afterwards; the lease belongs to
@@ -165,6 +169,7 @@ public:
     struct Impl;
 
 private:
+    friend struct internal::FileGuardAccess;
     explicit FileGuard(std::shared_ptr<Impl> impl) noexcept;
     void stop() noexcept;
     // Shared with the guard's thread, so that a guard destroyed from inside its own callback

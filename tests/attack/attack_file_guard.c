@@ -205,7 +205,8 @@ static void case_two_guards_on_dupfd_copies_destroy_one_the_other_still_blocks_a
               "guard of the same description was destroyed", event);
     CHECK_EQ(lease_of(second.guard, 0), WM_FILE_LEASE_HELD);
     writer_waits_for_the_callback(&second, path);
-    CHECK_MSG(next_event(&second, 50) == '-', "an event after the release");
+    while ((event = next_event(&second, 50)) != '-')
+        CHECK_MSG(event != 'B' && event != 'T', "lease event '%c' after the release", event);
     wm_file_guard_destroy(second.guard);
     recorder_close(&first);
     recorder_close(&second);
