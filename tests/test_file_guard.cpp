@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -462,6 +463,39 @@ TEST_CASE("destroy from inside the callback drops the lease; the writer proceeds
     const auto deadline = Clock::now() + 5s;
     while (!state->destroyed.load() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
     CHECK(state->destroyed.load());
+}
+
+TEST_CASE("a callback that throws is logged; its writer still waits for release()") {
+    wm::test::TempFile file(file_size);
+    Fd fd(open_read_only(file.path()));
+    std::mutex log_mutex;
+    std::condition_variable logged_cv;
+    std::vector<std::string> errors;
+    FileGuardParams params;
+    params.files = {{fd.fd, file.path()}};
+    params.log = [&](LogLevel level, std::string_view message) {
+        if (level != LogLevel::error) return;
+        std::lock_guard lock(log_mutex);
+        errors.emplace_back(message);
+        logged_cv.notify_all();
+    };
+    params.on_event = [](const FileGuardEvent& e) {
+        if (e.kind == Kind::lease_breaking) throw std::runtime_error("an engine's bug");
+    };
+    auto guard = FileGuard::create(std::move(params));
+    REQUIRE(guard);
+    auto [pid, done] = fork_writer(file.path(), open_truncating);
+    Fd done_fd(done);
+    {
+        std::unique_lock lock(log_mutex);
+        REQUIRE(logged_cv.wait_for(lock, 5s, [&] { return !errors.empty(); }));
+        CHECK_THAT(errors.front(), Catch::Contains("the event callback threw: an engine's bug"));
+    }
+    CHECK_FALSE(readable(done, 200)); // the event was delivered; the lease is still breaking
+    CHECK(guard->status(0)->lease == FileLeaseState::breaking);
+    REQUIRE(guard->release(0));
+    REQUIRE(readable(done, 5000));
+    CHECK(exit_code(pid) == 0);
 }
 
 namespace {
