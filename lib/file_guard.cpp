@@ -3,6 +3,8 @@
 // docs/file_guard.md explains what the kernel does and why each choice below was made.
 #include "weightmap/file_guard.hpp"
 
+#include <linux/magic.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -11,6 +13,7 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +29,7 @@
 
 #include <fmt/format.h>
 
+#include "internal/file_guard_access.hpp"
 #include "internal/nothrow.hpp"
 
 namespace wm {
@@ -74,6 +78,8 @@ const char* errno_name(int e) {
     case ENOSPC: return "ENOSPC";
     case ENOMEM: return "ENOMEM";
     case ENOLCK: return "ENOLCK";
+    case ENOENT: return "ENOENT";
+    case ENXIO: return "ENXIO";
     }
     return "errno";
 }
@@ -122,14 +128,17 @@ void close_fd(int& fd) {
 // Hidden: a nested class takes the visibility of the exported FileGuard otherwise.
 struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     struct File {
-        int fd = -1; // our duplicate of the caller's descriptor
+        // The guard's own open file description of the file: the lease, its owner and F_UNLCK
+        // act on a description, so one shared with the caller or another guard would let
+        // either drop this guard's lease (issue 44).
+        int fd = -1;
+        int caller_fd = -1; // for messages only
         std::string path;
         int watch = -1;
         FileLeaseState lease = FileLeaseState::none;
         std::string reason;
         int lease_errno = 0;
-        f_owner_ex old_owner{F_OWNER_PID, 0}; // restored when the lease is dropped
-        struct stat last{};                   // the guard thread's only
+        struct stat last{}; // the guard thread's only
     };
 
     std::vector<File> files;
@@ -137,10 +146,18 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     LogCallback log;
     std::uint32_t period_ms = 20;
     int inotify_fd = -1;
-    int wake_fd = -1;  // written by stop(), and by create() once the leases are taken
+    int wake_fd = -1;  // written by stop() and publish()
     int event_fd = -1; // readable while `queue` is not empty
-    std::thread thread;
-    std::thread::id thread_id;
+    pthread_t thread{};
+    bool thread_started = false; // `thread` is ours to join or detach
+    std::thread::id thread_id;   // published by thread_tid
+    std::promise<pid_t> thread_tid;
+    // The thread's own reference: a guard destroyed from inside its callback lives on until the
+    // callback returns. A member, not a capture, so that a fork()ed child (where the thread does
+    // not exist) can drop it: see abandon().
+    std::shared_ptr<Impl> thread_ref;
+    const pid_t creator = ::getpid(); // leases and the thread are this process's only
+    std::atomic<bool> published{false}; // events may be delivered (set once create returned)
     std::atomic<bool> stopping{false};
     mutable std::mutex mutex;  // files[].lease/reason, queue
     std::mutex delivery;       // held by the guard thread around each callback
@@ -148,10 +165,13 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
 
     ~Impl();
     Status open_files(const std::vector<GuardedFile>& given);
+    Status open_file(std::uint32_t i, const GuardedFile& given);
     Status take_lease(std::uint32_t i, pid_t tid);
     void drop_lease(File& f);
     Status release(std::uint32_t i);
+    void abandon() noexcept;
     void run();
+    void wait_until_published();
     bool lease_to_poll() const;
     void wait_for_activity();
     void wake();
@@ -163,6 +183,7 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     void enqueue(const FileGuardEvent& event);
     void reset_event_fd();
     bool on_guard_thread() const { return std::this_thread::get_id() == thread_id; }
+    bool forked() const { return ::getpid() != creator; }
 };
 
 FileGuard::Impl::~Impl() {
@@ -175,40 +196,90 @@ FileGuard::Impl::~Impl() {
     close_fd(event_fd);
 }
 
-// Drops a held or breaking lease and gives the open file description its owner back (the lease
-// shares it with the caller's descriptor). Caller holds `mutex`, or is the only user left.
+// Drops a held or breaking lease. Caller holds `mutex`, or is the only user left. Never in a
+// fork()ed child: its copy of the descriptor is the parent's open file description, so its
+// F_UNLCK would drop the parent's lease. Closing the copy does not: a lease ends only with the
+// description's last close (locks_remove_file in __fput), and the parent still holds it.
 void FileGuard::Impl::drop_lease(File& f) {
     if (f.lease != FileLeaseState::held && f.lease != FileLeaseState::breaking) return;
+    if (forked()) return;
     ::fcntl(f.fd, F_SETLEASE, F_UNLCK);
-    ::fcntl(f.fd, F_SETOWN_EX, &f.old_owner);
     f.lease = FileLeaseState::released;
 }
 
+// In a fork()ed child: the guard's thread does not exist here, and its mutexes may have been
+// held at the fork, so nothing is joined, detached or locked. Dropping the thread's reference
+// lets ~Impl free the child's copy and close its descriptors (drop_lease leaves the leases).
+void FileGuard::Impl::abandon() noexcept {
+    thread_started = false;
+    thread_ref.reset();
+}
+
 namespace {
+
+struct GeneratedFs {
+    decltype(statfs::f_type) magic;
+    const char* name;
+};
+
+// Filesystems whose files the kernel makes up on each read: no writer opens them, so neither a
+// lease nor inotify can tell of a change (/proc/self/status was accepted before, with
+// F_SETLEASE answering EINVAL, and guarded nothing).
+constexpr GeneratedFs generated_fs[] = {
+    {PROC_SUPER_MAGIC, "procfs (/proc)"}, {SYSFS_MAGIC, "sysfs (/sys)"},
+    {DEBUGFS_MAGIC, "debugfs"},           {TRACEFS_MAGIC, "tracefs"},
+    {SECURITYFS_MAGIC, "securityfs"},     {CGROUP_SUPER_MAGIC, "cgroupfs"},
+    {CGROUP2_SUPER_MAGIC, "cgroup2fs"},
+};
+
+const char* generated_fs_of(int fd) {
+    struct statfs fs {};
+    if (::fstatfs(fd, &fs) != 0) return nullptr;
+    for (const GeneratedFs& g : generated_fs)
+        if (fs.f_type == g.magic) return g.name;
+    return nullptr;
+}
+
+Error invalid_file(const std::string& where, int fd, const std::string& what) {
+    return Error{ErrorKind::invalid_argument, fmt::format("{}: fd {} {}", where, fd, what)};
+}
+
+// The descriptor's own flags. O_PATH first: its access bits read as O_RDONLY, but it allows no
+// file operation, so every fcntl below would fail later with EBADF.
+Status check_open_flags(const GuardedFile& file, const std::string& where) {
+    const int flags = ::fcntl(file.fd, F_GETFL);
+    if (flags < 0)
+        return invalid_file(where, file.fd,
+                            "is not an open descriptor: " + errno_text(errno));
+    if ((flags & O_PATH) != 0)
+        return invalid_file(where, file.fd,
+                            "is an O_PATH descriptor, which allows no file operation and no "
+                            "lease; open the file O_RDONLY");
+    if ((flags & O_ACCMODE) != O_RDONLY)
+        return invalid_file(where, file.fd,
+                            "is open for writing; a read lease needs a descriptor opened "
+                            "O_RDONLY");
+    return {};
+}
 
 Status check_file(const GuardedFile& file, std::uint32_t i) {
     const std::string where = fmt::format("FileGuard::create: files[{}] ({})", i, file.path);
     if (file.fd < 0) return make_error(ErrorKind::invalid_argument, where + ": fd is " +
                                                                         std::to_string(file.fd));
-    const int flags = ::fcntl(file.fd, F_GETFL);
-    if (flags < 0)
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("{}: fd {} is not an open descriptor: {}", where, file.fd,
-                                      errno_text(errno)));
-    if ((flags & O_ACCMODE) != O_RDONLY)
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("{}: fd {} is open for writing; a read lease needs a "
-                                      "descriptor opened O_RDONLY",
-                                      where, file.fd));
+    if (auto flags = check_open_flags(file, where); !flags) return flags;
     struct stat st {};
     if (::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return make_error(ErrorKind::invalid_argument,
-                          fmt::format("{}: fd {} is not a regular file", where, file.fd));
+        return invalid_file(where, file.fd, "is not a regular file");
+    if (const char* fs = generated_fs_of(file.fd))
+        return invalid_file(where, file.fd,
+                            fmt::format("is a file of {}, whose bytes the kernel makes up on "
+                                        "each read: nothing to guard",
+                                        fs));
     return {};
 }
 
-// One entry per file: two entries of one inode would share an inotify watch (and, for one open
-// file description, one lease, which releasing either entry would drop under the other).
+// One entry per file: two entries of one inode would share an inotify watch, and a writer
+// would break two leases of which the engine may release only one.
 Status check_distinct(const std::vector<GuardedFile>& files) {
     std::vector<struct stat> seen(files.size());
     for (std::uint32_t i = 0; i < files.size(); ++i) {
@@ -237,8 +308,6 @@ Status check_params(const FileGuardParams& params) {
 
 } // namespace
 
-// Duplicates each descriptor and watches its inode. The watch goes through /proc/self/fd, not
-// the caller's path: the path may already name another file than the one the engine mapped.
 Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given) {
     inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     wake_fd = ::eventfd(0, EFD_CLOEXEC);
@@ -246,48 +315,74 @@ Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given) {
     if (inotify_fd < 0 || wake_fd < 0 || event_fd < 0)
         return make_error(ErrorKind::io, "FileGuard::create: inotify_init1/eventfd: " +
                                              errno_text(errno));
-    for (std::uint32_t i = 0; i < given.size(); ++i) {
-        File& f = files.emplace_back();
-        f.path = given[i].path;
-        f.fd = ::fcntl(given[i].fd, F_DUPFD_CLOEXEC, 0);
-        const std::string proc = fmt::format("/proc/self/fd/{}", f.fd);
-        if (f.fd >= 0) f.watch = ::inotify_add_watch(inotify_fd, proc.c_str(), watch_mask);
-        if (f.fd < 0 || f.watch < 0 || ::fstat(f.fd, &f.last) != 0)
-            return make_error(ErrorKind::io,
-                              fmt::format("FileGuard::create: files[{}] ({}): {} of fd {}: {}", i,
-                                          f.path,
-                                          f.fd < 0 ? "F_DUPFD_CLOEXEC" : "inotify_add_watch",
-                                          given[i].fd, errno_text(errno)));
-    }
+    for (std::uint32_t i = 0; i < given.size(); ++i)
+        if (auto opened = open_file(i, given[i]); !opened) return opened;
+    return {};
+}
+
+// Reopens the caller's file through /proc/self/fd/N: a new open file description, where
+// F_DUPFD would share the caller's (see File::fd). The inode must be the descriptor's: the
+// number could have been reused since check_file. O_NONBLOCK: the open then neither hangs on a
+// FIFO nor waits out another process's write lease; the guard never reads from it. The watch
+// goes through the new descriptor too: the caller's path may already name another file.
+Status FileGuard::Impl::open_file(std::uint32_t i, const GuardedFile& given) {
+    File& f = files.emplace_back(); // from here ~Impl closes what was opened
+    f.path = given.path;
+    f.caller_fd = given.fd;
+    const std::string where =
+        fmt::format("FileGuard::create: files[{}] ({}): fd {}", i, f.path, given.fd);
+    const std::string theirs = fmt::format("/proc/self/fd/{}", given.fd);
+    f.fd = ::open(theirs.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (f.fd < 0)
+        return make_error(ErrorKind::io, fmt::format("{}: open({}) for an open file description "
+                                                     "of the guard's own: {}",
+                                                     where, theirs, errno_text(errno)));
+    struct stat caller {};
+    if (::fstat(f.fd, &f.last) != 0 || ::fstat(given.fd, &caller) != 0)
+        return make_error(ErrorKind::io, fmt::format("{}: fstat: {}", where, errno_text(errno)));
+    if (f.last.st_dev != caller.st_dev || f.last.st_ino != caller.st_ino)
+        return make_error(ErrorKind::io,
+                          fmt::format("{}: {} opened another file (device {}, inode {}) than the "
+                                      "descriptor's (device {}, inode {})",
+                                      where, theirs, f.last.st_dev, f.last.st_ino,
+                                      caller.st_dev, caller.st_ino));
+    const std::string mine = fmt::format("/proc/self/fd/{}", f.fd);
+    f.watch = ::inotify_add_watch(inotify_fd, mine.c_str(), watch_mask);
+    if (f.watch < 0)
+        return make_error(ErrorKind::io,
+                          fmt::format("{}: inotify_add_watch: {}", where, errno_text(errno)));
     return {};
 }
 
 // The owner goes to the guard's thread *before* F_SETLEASE: the kernel's lease_setup makes the
 // calling process the owner only when none is set, and a break signals the owner (SIGIO). Owned
 // by a thread that blocks every signal, the signal stays pending on that thread and reaches no
-// handler of the engine, with no window between taking the lease and redirecting it.
+// handler of the engine, with no window between taking the lease and redirecting it. The
+// description is the guard's own, so the owner is never given back. The log is called outside
+// `mutex`: a slow log callback must not hold up the thread.
 Status FileGuard::Impl::take_lease(std::uint32_t i, pid_t tid) {
     File& f = files[i];
-    if (::fcntl(f.fd, F_GETOWN_EX, &f.old_owner) != 0) f.old_owner = {F_OWNER_PID, 0};
+    const std::string where = fmt::format("files[{}] ({}): fd {}", i, f.path, f.caller_fd);
     const f_owner_ex guard_thread{F_OWNER_TID, tid};
     if (::fcntl(f.fd, F_SETOWN_EX, &guard_thread) != 0)
-        return make_error(ErrorKind::io, fmt::format("FileGuard::create: files[{}] ({}): "
-                                                     "fcntl(F_SETOWN_EX): {}",
-                                                     i, f.path, errno_text(errno)));
-    std::lock_guard lock(mutex);
-    if (::fcntl(f.fd, F_SETLEASE, F_RDLCK) == 0) {
-        f.lease = FileLeaseState::held;
-        return {};
+        return make_error(ErrorKind::io, fmt::format("FileGuard::create: {}: fcntl(F_SETOWN_EX): "
+                                                     "{}",
+                                                     where, errno_text(errno)));
+    {
+        std::lock_guard lock(mutex);
+        if (::fcntl(f.fd, F_SETLEASE, F_RDLCK) == 0) {
+            f.lease = FileLeaseState::held;
+            return {};
+        }
+        const int e = errno;
+        const std::string what = fmt::format("FileGuard: {}: no lease: fcntl(F_SETLEASE, "
+                                             "F_RDLCK): {}",
+                                             where, errno_text(e));
+        if (refusal_reason(e) == nullptr)
+            return make_error(ErrorKind::io, "FileGuard::create: " + what);
+        f.reason = what + ": " + refusal_reason(e) + "; watching it with inotify instead";
+        f.lease_errno = e;
     }
-    const int e = errno;
-    ::fcntl(f.fd, F_SETOWN_EX, &f.old_owner);
-    const std::string what = fmt::format("FileGuard: files[{}] ({}): no lease: fcntl(F_SETLEASE, "
-                                         "F_RDLCK): {}",
-                                         i, f.path, errno_text(e));
-    if (refusal_reason(e) == nullptr)
-        return make_error(ErrorKind::io, "FileGuard::create: " + what);
-    f.reason = what + ": " + refusal_reason(e) + "; watching it with inotify instead";
-    f.lease_errno = e;
     log_message(log, LogLevel::warning, f.reason);
     return {};
 }
@@ -297,6 +392,10 @@ Status FileGuard::Impl::release(std::uint32_t i) {
         return make_error(ErrorKind::invalid_argument,
                           fmt::format("FileGuard::release: file {} is out of range ({})", i,
                                       files.size()));
+    if (forked()) // before any lock: the thread that may have held one does not exist here
+        return make_error(ErrorKind::invalid_argument,
+                          "FileGuard::release: called in a fork()ed child; the lease is the "
+                          "parent's (only destroying the guard is allowed here)");
     // From another thread, wait for a callback in flight: after release() returns no lease
     // event for this file runs. From inside the callback the lock is already this thread's.
     std::unique_lock<std::mutex> in_flight(delivery, std::defer_lock);
@@ -311,14 +410,29 @@ Status FileGuard::Impl::release(std::uint32_t i) {
 
 // --- the guard's thread ----------------------------------------------------------------------
 
+// A pass right after publication: a break that began during create is reported at once.
 void FileGuard::Impl::run() {
+    wait_until_published();
     while (!stopping.load()) {
-        wait_for_activity();
-        if (stopping.load()) break;
         std::vector<FileGuardEvent> events;
         read_inotify(events);
         poll_leases(events);
         deliver(events);
+        wait_for_activity();
+    }
+}
+
+// No event before create's caller has the handle (issue 44): a callback that hears
+// lease_breaking must be able to release, and finds the guard only where that caller stored
+// it. A break meanwhile stays pending in the kernel and inotify keeps its events.
+void FileGuard::Impl::wait_until_published() {
+    pollfd fd{wake_fd, POLLIN, 0};
+    while (!published.load() && !stopping.load()) {
+        while (::poll(&fd, 1, -1) < 0 && errno == EINTR) {
+        }
+        std::uint64_t count = 0;
+        if (!stopping.load())
+            [[maybe_unused]] const ssize_t n = ::read(wake_fd, &count, sizeof count);
     }
 }
 
@@ -330,8 +444,7 @@ bool FileGuard::Impl::lease_to_poll() const {
 }
 
 // Sleeps until inotify has events, the wake eventfd is written, or the poll period passes while
-// a lease is held: without one there is nothing to poll and the thread sleeps in poll(2). The
-// leases are taken after the thread started, so create() wakes it to look again.
+// a lease is held: without one there is nothing to poll and the thread sleeps in poll(2).
 void FileGuard::Impl::wait_for_activity() {
     pollfd fds[2] = {{wake_fd, POLLIN, 0}, {inotify_fd, POLLIN, 0}};
     const int timeout = lease_to_poll() ? static_cast<int>(period_ms) : -1;
@@ -393,7 +506,6 @@ void FileGuard::Impl::poll_leases(std::vector<FileGuardEvent>& events) {
             events.push_back({i, FileGuardEventKind::lease_breaking, now_ns()});
         } else if (f.lease == FileLeaseState::breaking && !kernel_lists_lease(f.fd)) {
             f.lease = FileLeaseState::broken_by_timeout;
-            ::fcntl(f.fd, F_SETOWN_EX, &f.old_owner);
             events.push_back({i, FileGuardEventKind::lease_broken_by_timeout, now_ns()});
         }
     }
@@ -451,27 +563,34 @@ void FileGuard::Impl::reset_event_fd() {
 
 namespace {
 
+// The guard's thread. Its reference to Impl is dropped last, which may free it.
+void* thread_main(void* arg) {
+    auto* impl = static_cast<FileGuard::Impl*>(arg);
+    impl->thread_id = std::this_thread::get_id(); // published by set_value
+    impl->thread_tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
+    impl->run();
+    const std::shared_ptr<FileGuard::Impl> last = std::move(impl->thread_ref);
+    return nullptr;
+}
+
 // Starts the thread with every signal blocked (it inherits the mask): a lease break's SIGIO
-// then stays pending on it, and no handler of the engine ever runs on it.
+// then stays pending on it, and no handler of the engine ever runs on it. A pthread, not a
+// std::thread: a fork()ed child can then forget it without leaking its closure (abandon()).
 Result<pid_t> start_thread(const std::shared_ptr<FileGuard::Impl>& impl) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    std::promise<pid_t> tid;
-    std::future<pid_t> started = tid.get_future();
-    try {
-        impl->thread = std::thread([impl, tid = std::move(tid)]() mutable {
-            impl->thread_id = std::this_thread::get_id(); // published by set_value
-            tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid)));
-            impl->run();
-        });
-    } catch (const std::system_error& e) {
-        pthread_sigmask(SIG_SETMASK, &old, nullptr);
-        return make_error(ErrorKind::limit, fmt::format("FileGuard::create: cannot start its "
-                                                        "thread: {}",
-                                                        e.what()));
-    }
+    std::future<pid_t> started = impl->thread_tid.get_future();
+    impl->thread_ref = impl;
+    const int e = ::pthread_create(&impl->thread, nullptr, thread_main, impl.get());
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (e != 0) {
+        impl->thread_ref.reset();
+        return make_error(ErrorKind::limit,
+                          "FileGuard::create: cannot start its thread: pthread_create: " +
+                              errno_text(e));
+    }
+    impl->thread_started = true;
     return started.get();
 }
 
@@ -492,14 +611,21 @@ FileGuard::~FileGuard() { stop(); }
 
 // Joins the thread (a callback in flight completes first), then drops every lease. From inside
 // the callback the thread cannot join itself: it is detached and ends when the callback returns,
-// keeping Impl alive through its own reference.
+// keeping Impl alive through its own reference. In a fork()ed child only this process's copy
+// goes (abandon()).
 void FileGuard::stop() noexcept {
     if (!impl_) return;
+    if (impl_->forked()) {
+        impl_->abandon();
+        impl_.reset();
+        return;
+    }
     impl_->stopping.store(true);
-    if (impl_->thread.joinable()) {
+    if (impl_->thread_started) {
+        impl_->thread_started = false;
         impl_->wake();
-        if (impl_->on_guard_thread()) impl_->thread.detach();
-        else impl_->thread.join();
+        if (impl_->on_guard_thread()) ::pthread_detach(impl_->thread);
+        else ::pthread_join(impl_->thread, nullptr);
     }
     {
         std::lock_guard lock(impl_->mutex);
@@ -509,9 +635,17 @@ void FileGuard::stop() noexcept {
 }
 
 Result<FileGuard> FileGuard::create(FileGuardParams params) {
+    auto created = internal::FileGuardAccess::create_unpublished(std::move(params));
+    if (created) internal::FileGuardAccess::publish(*created);
+    return created;
+}
+
+namespace internal {
+
+Result<FileGuard> FileGuardAccess::create_unpublished(FileGuardParams params) {
     return internal::result_nothrow([&]() -> Result<FileGuard> {
         if (auto checked = check_params(params); !checked) return std::move(checked).error();
-        auto impl = std::make_shared<Impl>();
+        auto impl = std::make_shared<FileGuard::Impl>();
         impl->on_event = std::move(params.on_event);
         impl->log = std::move(params.log);
         impl->period_ms = params.poll_period_ms;
@@ -522,10 +656,16 @@ Result<FileGuard> FileGuard::create(FileGuardParams params) {
         for (std::uint32_t i = 0; i < guard.impl_->files.size(); ++i)
             if (auto taken = guard.impl_->take_lease(i, *tid); !taken)
                 return std::move(taken).error();
-        guard.impl_->wake();
         return guard;
     });
 }
+
+void FileGuardAccess::publish(FileGuard& guard) noexcept {
+    if (!guard.impl_ || guard.impl_->published.exchange(true)) return;
+    guard.impl_->wake();
+}
+
+} // namespace internal
 
 Status FileGuard::release(std::uint32_t file) {
     if (!impl_) return make_error(ErrorKind::invalid_argument, "FileGuard::release: moved-from");

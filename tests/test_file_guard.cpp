@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -464,6 +465,39 @@ TEST_CASE("destroy from inside the callback drops the lease; the writer proceeds
     CHECK(state->destroyed.load());
 }
 
+TEST_CASE("a callback that throws is logged; its writer still waits for release()") {
+    wm::test::TempFile file(file_size);
+    Fd fd(open_read_only(file.path()));
+    std::mutex log_mutex;
+    std::condition_variable logged_cv;
+    std::vector<std::string> errors;
+    FileGuardParams params;
+    params.files = {{fd.fd, file.path()}};
+    params.log = [&](LogLevel level, std::string_view message) {
+        if (level != LogLevel::error) return;
+        std::lock_guard lock(log_mutex);
+        errors.emplace_back(message);
+        logged_cv.notify_all();
+    };
+    params.on_event = [](const FileGuardEvent& e) {
+        if (e.kind == Kind::lease_breaking) throw std::runtime_error("an engine's bug");
+    };
+    auto guard = FileGuard::create(std::move(params));
+    REQUIRE(guard);
+    auto [pid, done] = fork_writer(file.path(), open_truncating);
+    Fd done_fd(done);
+    {
+        std::unique_lock lock(log_mutex);
+        REQUIRE(logged_cv.wait_for(lock, 5s, [&] { return !errors.empty(); }));
+        CHECK_THAT(errors.front(), Catch::Contains("the event callback threw: an engine's bug"));
+    }
+    CHECK_FALSE(readable(done, 200)); // the event was delivered; the lease is still breaking
+    CHECK(guard->status(0)->lease == FileLeaseState::breaking);
+    REQUIRE(guard->release(0));
+    REQUIRE(readable(done, 5000));
+    CHECK(exit_code(pid) == 0);
+}
+
 namespace {
 
 std::atomic<int> sigio_count{0};
@@ -609,12 +643,14 @@ rlim_t limit_leaving(int free) {
 
 } // namespace
 
-TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind") {
+TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind; the caller's "
+          "descriptor never holds the lease") {
     wm::test::TempFile file(file_size), second(file_size);
     Fd ok(open_read_only(file.path()));
     Fd other(open_read_only(second.path()));
     const int before = count_fds();
-    // Room for inotify, two eventfds and the first file's duplicate: the second's fails.
+    // Room for inotify, two eventfds and the first file's reopened descriptor: the second's
+    // reopen fails.
     rlimit old{};
     REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
     rlimit low = old;
@@ -626,16 +662,19 @@ TEST_CASE("a guard that fails part-way leaves no lease and no descriptor behind"
     REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
     REQUIRE_FALSE(failed);
     CHECK(failed.error().kind == ErrorKind::io);
-    CHECK_THAT(failed.error().message, Catch::Contains("files[1] (/m/second.gguf)") &&
-                                           Catch::Contains("F_DUPFD_CLOEXEC") &&
-                                           Catch::Contains("EMFILE"));
+    CHECK_THAT(failed.error().message,
+               Catch::Contains("files[1] (/m/second.gguf): fd " + std::to_string(other.fd)) &&
+                   Catch::Contains("open(/proc/self/fd/" + std::to_string(other.fd) + ")") &&
+                   Catch::Contains("EMFILE"));
     CHECK(count_fds() == before);
     CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK);
     {
         Events events;
         FileGuard guard = make_guard(ok.fd, file.path(), events);
-        CHECK(fcntl(ok.fd, F_GETLEASE) == F_RDLCK); // shared description: the guard's lease
+        CHECK(guard.status(0)->lease == FileLeaseState::held);
+        CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK); // the lease is on the guard's description
+        CHECK(count_fds() == before + 4);
     }
-    CHECK(count_fds() == before); // destroyed: its duplicate, inotify and eventfds are closed
+    CHECK(count_fds() == before); // destroyed: its descriptor, inotify and eventfds are closed
     CHECK(fcntl(ok.fd, F_GETLEASE) == F_UNLCK);
 }

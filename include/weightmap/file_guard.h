@@ -42,15 +42,31 @@ typedef struct wm_file_guard_event {
     int64_t monotonic_ns; /* when the guard noticed: CLOCK_MONOTONIC, in nanoseconds */
 } wm_file_guard_event;
 
-/* Called on the guard's thread, one event at a time. `event` is valid during the call only. It
- * may call wm_file_guard_release (any file) and wm_file_guard_get_file; it must not wait for a
- * thread that may be calling wm_file_guard_release or wm_file_guard_destroy (that thread waits
- * for the callback). */
+/* The callback's rules.
+ * - Thread: the guard's own thread delivers every event, one at a time, never concurrently
+ *   with itself; never the thread that called wm_file_guard_create, never a signal handler.
+ * - When: never before wm_file_guard_create has stored the handle in *out, so a callback may
+ *   read the handle from where `out` pointed (a field of `user`, say) without any further
+ *   synchronisation, and the first LEASE_BREAKING it hears can already be released. A break
+ *   that begins during create is delivered right after it returned.
+ * - Calls back: wm_file_guard_release (any file), wm_file_guard_get_file and
+ *   wm_file_guard_destroy are allowed (after destroy the callback must not use the guard; the
+ *   thread ends when it returns). It must not wait for a thread that may be calling
+ *   wm_file_guard_release or wm_file_guard_destroy: that thread waits for the callback.
+ * - Return: it must return normally (no longjmp out of it). C++ code behind this pointer
+ *   should not throw: an exception that reaches the guard is caught and logged (WM_LOG_ERROR,
+ *   params.log), as in the C++ API; one thrown through C frames is undefined behaviour. A
+ *   LEASE_BREAKING it returns from without a release keeps the writer blocked until
+ *   wm_file_guard_release or lease-break-time.
+ * `event` is valid during the call only. */
 typedef void (*wm_file_guard_event_fn)(void* user, const wm_file_guard_event* event);
 
-/* One file: a descriptor the caller opened O_RDONLY (duplicated by the guard: the caller may
- * close its own afterwards, but must not take leases or set F_SETOWN/F_SETSIG/O_ASYNC on it
- * while the guard lives) and its path, for messages only (copied). Frozen layout. */
+/* One file: a descriptor the caller opened O_RDONLY (not O_PATH) and its path, for messages
+ * only (copied). The guard opens the file again for itself, through /proc/self/fd/N (so /proc
+ * must be mounted and the process still allowed to read the file), and holds the lease on that
+ * open file description of its own: the caller's descriptor is never changed (no lease, owner,
+ * signal or flag), the caller may close it once create returned, and two guards of one
+ * descriptor (or of dup()s of it) each hold their own lease. Frozen layout. */
 typedef struct wm_guarded_file {
     int fd;
     const char* path; /* may be NULL */
@@ -71,24 +87,36 @@ typedef struct wm_file_guard_params {
 /* Fills the defaults and struct_size. */
 WM_API void wm_file_guard_params_init(wm_file_guard_params* params);
 
-/* Guards `files` (each file once; params may be NULL: the defaults): takes a read lease on each where the kernel
- * allows it (a refusal is not a failure: wm_file_guard_get_file says why, and a warning goes to
- * the log once), watches each with inotify and starts the guard's thread. Fails with
- * WM_ERROR_INVALID_ARGUMENT naming files[i], its path and the field (no files, a bad or closed
- * descriptor, one not open O_RDONLY or not a regular file, poll_period_ms out of range), with
- * WM_ERROR_IO naming the file and the call (dup, inotify, an unexpected F_SETLEASE error); on
- * failure nothing is left held, open or running and *out is not written. */
+/* Guards `files` (each file once; params may be NULL: the defaults): opens each again for the
+ * guard (wm_guarded_file), takes a read lease on each where the kernel allows it (a refusal is
+ * not a failure: wm_file_guard_get_file says why, and a warning goes to the log once, on the
+ * calling thread), watches each with inotify and starts the guard's thread; events start once
+ * *out is stored. Fails with WM_ERROR_INVALID_ARGUMENT naming files[i], its path, the descriptor
+ * and the field (no files, a bad or closed descriptor, an O_PATH one, one not open O_RDONLY,
+ * not a regular file, or a file of /proc, /sys or another filesystem whose bytes the kernel
+ * makes up; two entries of one file; poll_period_ms out of range), with WM_ERROR_IO naming the
+ * file, the descriptor and the call (the reopen through /proc/self/fd, inotify, an unexpected
+ * F_SETLEASE error); on failure nothing is left held, open or running and *out is not
+ * written. */
 WM_API wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t file_count,
                                       const wm_file_guard_params* params, wm_file_guard** out);
 
 /* Stops and joins the thread (a callback in flight completes first), drops every lease and frees
  * the guard: no callback runs after it returns. NULL is ignored. Allowed from inside the
- * callback: the thread then ends when the callback returns, which must not use the guard again. */
+ * callback: the thread then ends when the callback returns, which must not use the guard again.
+ *
+ * fork(): a child inherits a copy of the guard without its thread: no event reaches the child,
+ * and its one allowed call is wm_file_guard_destroy, which frees the child's copy and closes
+ * the child's descriptors but leaves the leases alone: they belong to open file descriptions
+ * the child shares with the parent, and a lease ends only with a description's last close, so
+ * neither the child's destroy nor its exit or exec drops the parent's lease.
+ * wm_file_guard_release in a child fails with WM_ERROR_INVALID_ARGUMENT; any other call there
+ * may deadlock on a lock the guard's thread held at the fork. */
 WM_API void wm_file_guard_destroy(wm_file_guard* guard);
 
 /* Drops the lease on file `file` (a blocked writer proceeds); call it once that file's imports
- * are no longer used. Idempotent; a no-op WM_OK for a file without a lease. Any thread, also the
- * callback. Once it returned, no LEASE_BREAKING or LEASE_BROKEN_BY_TIMEOUT event for the file is
+ * are no longer used. Idempotent; a no-op WM_OK for a file without a lease. Any thread of the
+ * process that created the guard, also the callback. Once it returned, no LEASE_BREAKING or LEASE_BROKEN_BY_TIMEOUT event for the file is
  * delivered or stays queued, and none is in flight unless it was called from that callback;
  * CHANGED and PATH_MOVED events keep coming. */
 WM_API wm_status wm_file_guard_release(wm_file_guard* guard, uint32_t file);

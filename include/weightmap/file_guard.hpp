@@ -29,11 +29,17 @@
 
 namespace wm {
 
-/// One file to guard: a descriptor the caller opened O_RDONLY (a descriptor open for writing
-/// would itself forbid a read lease: the call fails) and its path, for messages only. The guard
-/// duplicates the descriptor, so the caller may close its own afterwards; the lease belongs to
-/// their shared open file description: while the guard lives, the caller must not take or drop
-/// leases, nor set F_SETOWN/F_SETSIG/O_ASYNC, on it.
+namespace internal {
+struct FileGuardAccess; // the C API's create-then-publish (lib/internal/file_guard_access.hpp)
+}
+
+/// One file to guard: a descriptor the caller opened O_RDONLY (not O_PATH; a descriptor open for
+/// writing would itself forbid a read lease: the call fails) and its path, for messages only.
+/// The guard opens the file again for itself, through /proc/self/fd/N (so /proc must be mounted
+/// and the process still allowed to read the file), and holds the lease on that open file
+/// description of its own: the caller's descriptor is never changed (no lease, owner, signal or
+/// flag), the caller may close it once create() returned, and two guards of one descriptor (or
+/// of dup()s of it) each hold their own lease.
 struct GuardedFile {
     int fd = -1;
     std::string path;
@@ -87,18 +93,30 @@ struct FileGuardFileStatus {
     int lease_errno = 0;
 };
 
-/// Called on the guard's thread, one event at a time, never concurrently with itself.
+/// The callback's rules.
+///  - Thread: the guard's own thread delivers every event, one at a time, never concurrently
+///    with itself; never the thread that called create(), never a signal handler.
+///  - When: never before create() has returned. The callback reaches the guard only where the
+///    caller stores what create() returned, so it must find it there under a lock the caller
+///    also holds while storing it (docs/file_guard.md, "The callback"); a break that begins
+///    during create() is delivered right after it returned.
+///  - Calls back: release() (any file), status() and destroying the guard are allowed (after
+///    destroying it the callback must not touch it; the thread ends when the callback returns).
+///    It must not wait for a thread that may be calling release() or destroying the guard: that
+///    thread waits for the callback.
+///  - Exceptions: one thrown from the callback is caught and logged (LogLevel::error, through
+///    FileGuardParams::log); the event counts as delivered and the thread goes on. A
+///    lease_breaking whose callback threw before release() keeps the writer blocked until
+///    release() or lease-break-time.
 using FileGuardCallback = std::function<void(const FileGuardEvent& event)>;
 
 struct FileGuardParams {
     /// The files to guard, at least one, each once (two descriptors of one inode are refused).
     /// Each descriptor must be a regular file open O_RDONLY.
     std::vector<GuardedFile> files;
-    /// Receives every event on the guard's thread. Empty: events queue instead, for
-    /// next_event()/take_events(), and event_fd() becomes readable while any is queued.
-    /// It may call release() (any file) and status(); it must not wait for a thread that may be
-    /// calling release() or destroying the guard (that thread waits for the callback). An
-    /// exception thrown from it is caught and logged.
+    /// Receives every event on the guard's thread (FileGuardCallback says when, and what it may
+    /// do). Empty: events queue instead, for next_event()/take_events(), and event_fd() becomes
+    /// readable while any is queued.
     FileGuardCallback on_event;
     /// How often the guard asks the kernel whether a held lease is breaking (F_GETLEASE), in
     /// milliseconds, 1..1000. The writer is blocked until release() anyway: the period only
@@ -124,17 +142,27 @@ struct FileGuardParams {
 ///    then drops every lease: no callback runs after the destructor returns. Destroying it from
 ///    inside its own callback is allowed: the thread then stops when the callback returns, and
 ///    the callback must not touch the guard afterwards.
+///
+/// fork(): a child inherits a copy of the guard without its thread: no event reaches the child,
+/// and the one thing it may do with the copy is destroy it, which frees the child's copy and
+/// closes the child's descriptors but leaves the leases alone: they belong to open file
+/// descriptions the child shares with the parent, and a lease ends only with a description's
+/// last close, so neither the child's destroy nor its exit or exec drops the parent's lease.
+/// release() in a child fails with invalid_argument; any other call there may deadlock on a
+/// lock the guard's thread held at the fork.
 class WM_API FileGuard {
 public:
-    /// Duplicates the descriptors, takes a lease on each file where the kernel allows it (a
-    /// refusal is not an error: the file is watched with inotify, its status says why, and a
-    /// warning goes to the log once), watches every file with inotify and starts the thread.
-    /// Fails with invalid_argument (naming files[i], its path and the field) for no files, a
-    /// negative or closed descriptor, one that is not a regular file or not open O_RDONLY, two
-    /// entries of one file, a poll_period_ms out of range; with io (naming the file and the
-    /// call) when a descriptor cannot be duplicated, inotify cannot watch a file, or F_SETLEASE
-    /// fails for another reason than a refusal; with limit where the thread cannot start. On
-    /// failure nothing is left held, open or running.
+    /// Opens each file again for the guard (GuardedFile), takes a lease on each where the
+    /// kernel allows it (a refusal is not an error: the file is watched with inotify, its status
+    /// says why, and a warning goes to the log once, on the calling thread), watches every file
+    /// with inotify and starts the thread; events start once create() returned. Fails with
+    /// invalid_argument (naming files[i], its path, the descriptor and the field) for no files,
+    /// a negative, closed or O_PATH descriptor, one not open O_RDONLY, not a regular file, or a
+    /// file of /proc, /sys or another filesystem whose bytes the kernel makes up, two entries of
+    /// one file, a poll_period_ms out of range; with io (naming the file, the descriptor and the
+    /// call) when the file cannot be reopened through /proc/self/fd, inotify cannot watch it, or
+    /// F_SETLEASE fails for another reason than a refusal; with limit where the thread cannot
+    /// start. On failure nothing is left held, open or running.
     static Result<FileGuard> create(FileGuardParams params);
 
     FileGuard(FileGuard&& other) noexcept;
@@ -145,7 +173,8 @@ public:
 
     /// Drops the lease on file `file` (F_SETLEASE F_UNLCK): a blocked writer proceeds. Call it
     /// once the imports of that file are no longer used. Idempotent, and a no-op success for a
-    /// file without a lease. Fails with invalid_argument for an index out of range.
+    /// file without a lease. Fails with invalid_argument for an index out of range, or in a
+    /// fork()ed child.
     Status release(std::uint32_t file);
 
     /// The lease state of file `file`; invalid_argument for an index out of range.
@@ -165,6 +194,7 @@ public:
     struct Impl;
 
 private:
+    friend struct internal::FileGuardAccess;
     explicit FileGuard(std::shared_ptr<Impl> impl) noexcept;
     void stop() noexcept;
     // Shared with the guard's thread, so that a guard destroyed from inside its own callback

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "c_api.hpp"
+#include "internal/file_guard_access.hpp"
 #include "weightmap/file_guard.h"
 #include "weightmap/file_guard.hpp"
 
@@ -65,13 +66,17 @@ wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t file_count
         wm_file_guard_params_init(&defaults);
         const wm_file_guard_params c =
             params != nullptr ? read_struct(*params, defaults) : defaults;
-        auto created = wm::FileGuard::create(params_from_c(files, file_count, c));
+        // Published only once *out is stored: the callback's first event can then release
+        // through the handle it reads from there (issue 44).
+        auto created = wm::internal::FileGuardAccess::create_unpublished(
+            params_from_c(files, file_count, c));
         if (!created) return fail(fn, created.error());
         auto handle =
             std::make_unique<wm_file_guard>(wm_file_guard{std::move(created).value(), {}});
         for (uint32_t i = 0; i < file_count; ++i)
             handle->reasons.push_back(handle->guard.status(i)->reason);
         *out = handle.release();
+        wm::internal::FileGuardAccess::publish((*out)->guard);
         return WM_OK;
     });
 }

@@ -70,7 +70,7 @@ static void case_writer_waits_for_release(void) {
     files[0].path = path;
     wm_file_guard* guard = NULL;
     REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
-    close(fd); /* the guard keeps its own duplicate */
+    close(fd); /* the guard has its own open file description of the file */
     wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_NONE, -1, NULL};
     REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
     REQUIRE_EQ(st.lease, WM_FILE_LEASE_HELD);
