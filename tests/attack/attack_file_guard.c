@@ -8,9 +8,7 @@
 #define _GNU_SOURCE /* O_PATH, F_GETLEASE */
 #include "c_check.h"
 
-#include <poll.h>
-#include <time.h>
-
+#include "c_guard_writer.h"
 #include "weightmap/file_guard.h"
 
 enum { watchdog_s = 20, quiet_ms = 300, hold_ms = 300, wait_ms = 5000 };
@@ -23,50 +21,15 @@ static void sleep_ms(int ms) {
     }
 }
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static bool readable(int fd, int timeout_ms) {
-    struct pollfd p;
-    int n;
-    p.fd = fd;
-    p.events = POLLIN;
-    p.revents = 0;
-    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
-    }
-    return n == 1 && (p.revents & POLLIN) != 0;
-}
-
 /* --- a writer in another process ------------------------------------------------------------ */
-
-/* A child that opens `path` O_WRONLY|O_TRUNC (which breaks a read lease and blocks until it is
- * released) and writes 'o' (or 'e' when open failed) to a pipe once open returned; *done is the
- * pipe's read end. */
-static pid_t fork_truncating_writer(const char* path, int* done) {
-    int p[2];
-    pid_t pid;
-    if (pipe(p) != 0) return -1;
-    pid = fork();
-    if (pid == 0) {
-        const int w = open(path, O_WRONLY | O_TRUNC);
-        const char c = w >= 0 ? 'o' : 'e';
-        _exit(write(p[1], &c, 1) == 1 ? 0 : 1);
-    }
-    close(p[1]);
-    *done = p[0];
-    return pid;
-}
 
 /* The child's exit code, 128 + signal if killed; -1 if it did not end within `timeout_ms` (it
  * is then killed). */
 static int exit_code_within(pid_t pid, int timeout_ms) {
     int status = 0;
-    const double deadline = now_ms() + timeout_ms;
+    const double deadline = c_now_ms() + timeout_ms;
     while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (now_ms() > deadline) {
+        if (c_now_ms() > deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
             return -1;
@@ -74,11 +37,6 @@ static int exit_code_within(pid_t pid, int timeout_ms) {
         sleep_ms(5);
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static off_t size_of(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
 /* --- what a guard's callback saw ------------------------------------------------------------ */
@@ -122,7 +80,7 @@ static void on_event(void* user, const wm_file_guard_event* event) {
 /* The next letter the callback recorded within `timeout_ms`, or '-' when none came. */
 static char next_event(recorder* r, int timeout_ms) {
     char c = '-';
-    if (!readable(r->events[0], timeout_ms) || read(r->events[0], &c, 1) != 1) return '-';
+    if (!c_readable(r->events[0], timeout_ms) || read(r->events[0], &c, 1) != 1) return '-';
     return c;
 }
 
@@ -159,22 +117,22 @@ static void writer_waits_for_the_callback(recorder* r, const char* path) {
     int done = -1;
     char c = 0, event;
     double heard;
-    const pid_t pid = fork_truncating_writer(path, &done);
+    const pid_t pid = c_fork_truncating_writer(path, &done);
     REQUIRE(pid > 0);
     event = next_event(r, wait_ms);
-    heard = now_ms();
+    heard = c_now_ms();
     CHECK_MSG(event == 'B', "the first event after the writer is '%c', not 'B' (lease_breaking "
               "with the handle known)", event);
-    CHECK_MSG(!readable(done, 0), "the writer's open returned before the callback released");
+    CHECK_MSG(!c_readable(done, 0), "the writer's open returned before the callback released");
     event = next_event(r, wait_ms);
     CHECK_MSG(event == 'R', "after lease_breaking the callback recorded '%c', not 'R'", event);
-    CHECK_MSG(readable(done, wait_ms), "the writer is still blocked %d ms after the release",
+    CHECK_MSG(c_readable(done, wait_ms), "the writer is still blocked %d ms after the release",
               wait_ms);
-    CHECK_MSG(now_ms() - heard >= hold_ms - 50, "the writer returned %.0f ms after the event, "
-              "before the callback's %d ms hold ended", now_ms() - heard, (int)hold_ms);
+    CHECK_MSG(c_now_ms() - heard >= hold_ms - 50, "the writer returned %.0f ms after the event, "
+              "before the callback's %d ms hold ended", c_now_ms() - heard, (int)hold_ms);
     CHECK(read(done, &c, 1) == 1 && c == 'o');
     CHECK_EQ(exit_code_within(pid, wait_ms), 0);
-    CHECK_EQ(size_of(path), 0);
+    CHECK_EQ(c_size_of(path), 0);
     CHECK_EQ(lease_of(r->guard, 0), WM_FILE_LEASE_RELEASED);
     close(done);
 }
@@ -264,7 +222,7 @@ static void slow_log_fn(void* user, wm_log_level level, const char* message) {
     slow_log* s = (slow_log*)user;
     (void)message;
     if (level != WM_LOG_WARNING || s->writer != 0) return;
-    s->writer = fork_truncating_writer(s->leased_path, &s->done);
+    s->writer = c_fork_truncating_writer(s->leased_path, &s->done);
     sleep_ms(50); /* the writer is blocked on files[0]'s lease by now */
     if (pwrite(s->other_writer, "x", 1, 0) != 1) abort();
     sleep_ms(50);
@@ -299,7 +257,7 @@ static bool break_during_a_slow_create(const char* leased, const char* busy, int
     while (event != '-' && event != 'B' && event != 'b') event = next_event(&r, wait_ms);
     ok &= event == 'B';
     CHECK_MSG(event == 'B', "round %d: lease_breaking for files[0] came as '%c'", round, event);
-    if (!readable(s.done, ok ? wait_ms : 1000)) {
+    if (!c_readable(s.done, ok ? wait_ms : 1000)) {
         CHECK_MSG(false, "round %d: the writer is still blocked %d ms after create returned: "
                   "the callback could not release", round, ok ? (int)wait_ms : 1000);
         ok = false;

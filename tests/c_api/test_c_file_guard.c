@@ -5,27 +5,8 @@
  * with the write reported as CHANGED; the defaults, names and every argument error. */
 #include "c_check.h"
 
-#include <poll.h>
-#include <time.h>
-
+#include "c_guard_writer.h"
 #include "weightmap/file_guard.h"
-
-static bool readable(int fd, int timeout_ms) {
-    struct pollfd p;
-    int n;
-    p.fd = fd;
-    p.events = POLLIN;
-    p.revents = 0;
-    while ((n = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {
-    }
-    return n == 1 && (p.revents & POLLIN) != 0;
-}
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -33,32 +14,11 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* A child that opens `path` O_WRONLY|O_TRUNC and writes one byte to the pipe once open returned;
- * *done receives the pipe's read end. */
-static pid_t fork_truncating_writer(const char* path, int* done) {
-    int p[2];
-    if (pipe(p) != 0) return -1;
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int w = open(path, O_WRONLY | O_TRUNC);
-        const char c = w >= 0 ? 'o' : 'e';
-        _exit(write(p[1], &c, 1) == 1 ? 0 : 1);
-    }
-    close(p[1]);
-    *done = p[0];
-    return pid;
-}
-
 static int exit_code(pid_t pid) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static off_t size_of(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
 static void case_writer_waits_for_release(void) {
@@ -77,9 +37,9 @@ static void case_writer_waits_for_release(void) {
     CHECK_STR_EQ(st.reason, "");
 
     int done = -1;
-    const pid_t pid = fork_truncating_writer(path, &done);
+    const pid_t pid = c_fork_truncating_writer(path, &done);
     REQUIRE(pid > 0);
-    REQUIRE(readable(wm_file_guard_event_fd(guard), 5000));
+    REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
     wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0};
     bool has = false;
     REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
@@ -87,19 +47,19 @@ static void case_writer_waits_for_release(void) {
     CHECK_EQ(e.file, 0);
     CHECK_EQ(e.kind, WM_FILE_GUARD_LEASE_BREAKING);
     CHECK(e.monotonic_ns > 0 && e.monotonic_ns <= now_ns());
-    CHECK(!readable(done, 0));   /* still blocked in open */
-    CHECK(!readable(done, 200)); /* and 200 ms later */
-    CHECK_EQ(size_of(path), 65536);
-    const double released = now_ms();
+    CHECK(!c_readable(done, 0));   /* still blocked in open */
+    CHECK(!c_readable(done, 200)); /* and 200 ms later */
+    CHECK_EQ(c_size_of(path), 65536);
+    const double released = c_now_ms();
     REQUIRE_OK(wm_file_guard_release(guard, 0));
-    REQUIRE(readable(done, 5000));
-    const double ms = now_ms() - released;
+    REQUIRE(c_readable(done, 5000));
+    const double ms = c_now_ms() - released;
     printf("writer returned %.3f ms after wm_file_guard_release\n", ms);
     CHECK_MSG(ms < 500, "%.1f ms", ms);
     char c = 0;
     CHECK(read(done, &c, 1) == 1 && c == 'o');
     CHECK_EQ(exit_code(pid), 0);
-    CHECK_EQ(size_of(path), 0);
+    CHECK_EQ(c_size_of(path), 0);
     REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
     CHECK_EQ(st.lease, WM_FILE_LEASE_RELEASED);
     close(done);
@@ -136,8 +96,8 @@ static void case_release_from_the_callback(void) {
     params.poll_period_ms = 5;
     REQUIRE_OK(wm_file_guard_create(files, 1, &params, &state.guard));
     int done = -1;
-    const pid_t pid = fork_truncating_writer(path, &done);
-    REQUIRE(readable(done, 5000)); /* the callback released it */
+    const pid_t pid = c_fork_truncating_writer(path, &done);
+    REQUIRE(c_readable(done, 5000)); /* the callback released it */
     CHECK_EQ(exit_code(pid), 0);
     wm_file_guard_destroy(state.guard); /* joins: the callback's writes are visible */
     CHECK_EQ(state.breaking, 1);
@@ -163,7 +123,7 @@ static void case_no_lease_when_open_for_writing(void) {
     CHECK_CONTAINS(st.reason, path);
     CHECK_CONTAINS(st.reason, "EAGAIN");
     CHECK(pwrite(writer, "x", 1, 0) == 1);
-    REQUIRE(readable(wm_file_guard_event_fd(guard), 5000));
+    REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
     wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_LEASE_BREAKING, 0};
     bool has = false;
     REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
