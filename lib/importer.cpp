@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -105,14 +106,23 @@ LiveImports& live_imports() {
     return *live;
 }
 
-// An importer's result for [address, +size) must be that range: base + offset == mapping + file
-// offset for every tensor depends on it (issue 44 item 11: wm_importer_import handed a NULL
-// host, size 0, half the size or a moved range back as WM_OK, which wm_execute refused).
-std::string result_mismatch(const Importer& importer, const ImportedBuffer& buffer,
-                            void* address, std::uint64_t size) {
-    if (buffer.host_address == address && buffer.size >= size) return {};
-    return fmt::format("{} importer returned {} +{:#x} for {} +{:#x}", importer.name(),
-                       buffer.host_address, buffer.size, address, size);
+// Records `buffer`, the backend's result for [address, +size), as a live import; or the error
+// that refuses it. It must be that range: base + offset == mapping + file offset for every
+// tensor depends on it (issue 44 item 11: wm_importer_import handed a NULL host, size 0, half
+// the size or a moved range back as WM_OK, which wm_execute refused).
+std::optional<Error> record_live(const Importer& importer, const ImportedBuffer& buffer,
+                                 void* address, std::uint64_t size) {
+    if (buffer.host_address != address || buffer.size < size)
+        return make_error(ErrorKind::import_failed,
+                          fmt::format("{} importer returned {} +{:#x} for {} +{:#x}",
+                                      importer.name(), buffer.host_address, buffer.size, address,
+                                      size));
+    try {
+        live_imports().add(LiveImports::key(importer, buffer));
+    } catch (const std::bad_alloc&) {
+        return Error{ErrorKind::out_of_memory, "out of memory"};
+    }
+    return std::nullopt;
 }
 
 } // namespace
@@ -126,20 +136,11 @@ Result<ImportedBuffer> Importer::import(void* host_address, std::uint64_t size) 
         if (Status s = check_import(*this, host_address, size); !s) return std::move(s).error();
         Result<ImportedBuffer> imported = import_checked(host_address, size);
         if (!imported) return imported;
-        std::string mismatch = result_mismatch(*this, imported.value(), host_address, size);
-        if (mismatch.empty()) {
-            try {
-                live_imports().add(LiveImports::key(*this, imported.value()));
-                return imported;
-            } catch (const std::bad_alloc&) {
-                mismatch = "out of memory";
-            }
-        }
+        std::optional<Error> refused = record_live(*this, imported.value(), host_address, size);
+        if (!refused) return imported;
         if (Status s = release_checked(imported.value()); !s)
-            mismatch += fmt::format(" (and releasing it failed: {})", s.error().message);
-        return make_error(mismatch == "out of memory" ? ErrorKind::out_of_memory
-                                                      : ErrorKind::import_failed,
-                          mismatch);
+            refused->message += fmt::format(" (and releasing it failed: {})", s.error().message);
+        return *std::move(refused);
     } catch (const std::bad_alloc&) {
         return Error{ErrorKind::out_of_memory, "out of memory"};
     }

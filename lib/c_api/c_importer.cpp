@@ -201,7 +201,8 @@ protected:
             return callback_threw(name_, "release");
         }
         if (status == WM_OK) return {};
-        return internal::status_nothrow([&] { return make_error(kind_of(status), wm_status_name(status)); });
+        return internal::status_nothrow(
+            [&] { return make_error(kind_of(status), wm_status_name(status)); });
     }
 
     Status read_back_checked(const ImportedBuffer& buffer, std::uint64_t offset,
@@ -349,11 +350,15 @@ wm_status wm_importer_get_caps(wm_importer* importer, wm_importer_caps* out) {
         const wm::Importer& cpp = *importer->importer;
         // A custom importer's caps callback that throws is this call's error, not the caps it
         // gave at creation that caps() falls back on.
+        wm::ImporterCaps caps;
         if (const auto* custom = dynamic_cast<const VtableImporter*>(&cpp)) {
-            wm::Result<wm_importer_caps> caps = custom->read_caps();
-            if (!caps) return fail(fn, caps.error());
+            wm::Result<wm_importer_caps> read = custom->read_caps();
+            if (!read) return fail(fn, read.error());
+            caps = caps_from_c(read.value());
+        } else {
+            caps = cpp.caps();
         }
-        return write_out(out, caps_to_c(cpp.caps(), cpp.notes()), fn, "out");
+        return write_out(out, caps_to_c(caps, cpp.notes()), fn, "out");
     });
 }
 
