@@ -17,6 +17,7 @@ const char* to_string(DeviceMemory memory) noexcept {
     case DeviceMemory::unknown: return "unknown";
     case DeviceMemory::unified: return "unified";
     case DeviceMemory::discrete: return "discrete";
+    case DeviceMemory::coherent: return "coherent";
     }
     return "?";
 }
@@ -55,6 +56,11 @@ std::string import_policy_refusal(const ImporterCaps& caps, ImportPolicy policy,
     if (memory == DeviceMemory::discrete)
         return "discrete device" + note + ": imported weights would be read over the bus on "
                "every use; import_policy=always to import anyway";
+    if (memory == DeviceMemory::coherent)
+        return "coherent device with memory of its own" + note + ": its kernels would read "
+               "imported weights over the CPU link (NVLink-C2C, ~450 GB/s each way) instead of "
+               "its HBM (~4 TB/s), so a copy decodes faster; import_policy=always to import "
+               "anyway (a model larger than the device's memory)";
     return "device memory unknown" + note + ": the importer does not say whether the device "
            "reads host memory at memory speed; import_policy=always to import anyway";
 }

@@ -90,7 +90,7 @@ count_llama() {
     /^llama.cpp compile / { if (/ ok=yes( |$)/ && num("files") > 0) ok++; else bad++ }
     /^llama.cpp cuda-glue / {
       # the method each fake device model must get (docs/cuda.md); where it imports, >= 99 % in wrapped buffers
-      want = / model=(gb10|gh200) / ? "direct" : / model=orin / ? "register" : "unavailable"
+      want = / model=gb10 / ? "direct" : / model=orin / ? "register" : "unavailable"
       pass = index($0, " method=" want " ") > 0
       if (want != "unavailable") pass = pass && num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0
       if (pass) ok++; else bad++

@@ -24,7 +24,7 @@ namespace {
 
 constexpr std::uint64_t MiB = 1024 * 1024;
 constexpr DeviceMemory memories[] = {DeviceMemory::unknown, DeviceMemory::unified,
-                                     DeviceMemory::discrete};
+                                     DeviceMemory::discrete, DeviceMemory::coherent};
 constexpr ImportPolicy policies[] = {ImportPolicy::unified_only, ImportPolicy::always,
                                      ImportPolicy::never};
 
@@ -55,6 +55,7 @@ TEST_CASE("import_allowed: unified_only takes unified alone, always all, never n
         CHECK_FALSE(import_allowed(ImportPolicy::never, memory));
     }
     CHECK(std::string(to_string(DeviceMemory::discrete)) == "discrete");
+    CHECK(std::string(to_string(DeviceMemory::coherent)) == "coherent");
     CHECK(std::string(to_string(ImportPolicy::unified_only)) == "unified_only");
     CHECK(PlanOptions{}.import_policy == ImportPolicy::unified_only);
     CHECK(ImporterCaps{}.device_memory == DeviceMemory::unknown);
@@ -101,6 +102,12 @@ TEST_CASE("the planner: a refused target falls back whole with the reason, an al
                                 ImportPolicy::unified_only) ==
           "discrete device: imported weights would be read over the bus on every use; "
           "import_policy=always to import anyway");
+    // GH200-class: HBM of its own, host memory over NVLink-C2C: copied, the cost named
+    CHECK_THAT(import_policy_refusal(moe_model(DeviceMemory::coherent).targets[0].caps,
+                                     ImportPolicy::unified_only),
+               Catch::StartsWith("coherent device with memory of its own: its kernels would read "
+                                 "imported weights over the CPU link") &&
+                   Catch::Contains("instead of its HBM"));
     CHECK(import_policy_refusal(cpu_target().caps, ImportPolicy::never).empty());
 }
 

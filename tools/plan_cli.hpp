@@ -60,7 +60,7 @@ public:
                        "unified|discrete|unknown: plan as if the device reached imported memory "
                        "this way (a what-if; wm-load still refuses what its importer's own answer "
                        "refuses)")
-            ->check(CLI::IsMember({"unified", "discrete", "unknown"}));
+            ->check(CLI::IsMember({"unified", "discrete", "coherent", "unknown"}));
         app.add_option("--import-policy", policy_,
                        "unified_only|always|never (default unified_only: import only on a "
                        "unified-memory device)")
@@ -97,6 +97,7 @@ public:
         if (!device_.empty()) {
             target.caps.device_memory = device_ == "unified"    ? DeviceMemory::unified
                                         : device_ == "discrete" ? DeviceMemory::discrete
+                                        : device_ == "coherent" ? DeviceMemory::coherent
                                                                 : DeviceMemory::unknown;
             target.device_memory_note = "--device " + device_;
         }

@@ -60,15 +60,19 @@ bool attribute(const Api& api, CUdevice device, CUdevice_attribute which) {
     return api.device_get_attribute(&value, which, device) == CUDA_SUCCESS && value != 0;
 }
 
-// Integrated GPUs share the host's memory; a device that reads pageable memory through the
-// host's page tables (GH200's ATS over NVLink-C2C) reaches it coherently. Anything else reads
-// an import over the bus: PR #22120 imported only where CU_DEVICE_ATTRIBUTE_INTEGRATED is set.
+// Integrated GPUs share the host's memory (Jetson; GB10, whose one LPDDR5X pool is all the
+// memory it has). A device that is not integrated but reads pageable memory through the host's
+// page tables (GH200, GB200, GB300: ATS over NVLink-C2C) reaches host memory coherently, yet has
+// HBM of its own: reading weights over the link (~450 GB/s each way) instead of HBM (~4 TB/s,
+// NVIDIA's GH200 datasheet) would decode several times slower, so it is coherent, which the
+// default policy copies. Anything else reads an import over the bus: PR #22120 imported only
+// where CU_DEVICE_ATTRIBUTE_INTEGRATED is set.
 void classify(DeviceFacts& facts) {
     if (facts.integrated) {
         facts.memory = DeviceMemory::unified;
         facts.memory_note = facts.name + ": CU_DEVICE_ATTRIBUTE_INTEGRATED 1";
     } else if (facts.host_page_tables) {
-        facts.memory = DeviceMemory::unified;
+        facts.memory = DeviceMemory::coherent;
         facts.memory_note = facts.name + ": CU_DEVICE_ATTRIBUTE_INTEGRATED 0, "
                                          "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 1";
     } else {

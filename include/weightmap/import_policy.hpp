@@ -28,6 +28,11 @@ enum class DeviceMemory : std::uint8_t {
     /// The device has its own memory behind a bus: an imported weight is read over the bus on
     /// every use.
     discrete = 2,
+    /// The device has its own memory and reads host memory coherently over a CPU link (GH200,
+    /// GB200, GB300: NVLink-C2C, ~450 GB/s each way against HBM3's ~4 TB/s, NVIDIA's GH200
+    /// datasheet): an import works, but decode would read every weight over the link. Copied
+    /// by default, like discrete; ImportPolicy::always imports (a model larger than the HBM).
+    coherent = 3,
 };
 WM_API const char* to_string(DeviceMemory memory) noexcept;
 

@@ -100,7 +100,11 @@ typedef enum wm_device_memory {
     /* The device's memory is host memory (an APU, GB10, Jetson; lavapipe; the CPU). */
     WM_DEVICE_MEMORY_UNIFIED = 1,
     /* Own memory behind a bus: an imported weight is read over PCIe on every use. */
-    WM_DEVICE_MEMORY_DISCRETE = 2
+    WM_DEVICE_MEMORY_DISCRETE = 2,
+    /* Own memory (HBM) and coherent access to host memory over a CPU link (GH200, GB200,
+     * GB300: NVLink-C2C): an import works, but its reads cross the link, several times slower
+     * than the device's own memory; WM_IMPORT_POLICY_UNIFIED_ONLY copies. */
+    WM_DEVICE_MEMORY_COHERENT = 3
 } wm_device_memory;
 
 /* When a non-CPU target imports. */
@@ -115,7 +119,7 @@ typedef enum wm_import_policy {
     WM_IMPORT_POLICY_NEVER = 2
 } wm_import_policy;
 
-/* "unknown", "unified", "discrete"; "?" for any other value. Static strings. */
+/* "unknown", "unified", "discrete", "coherent"; "?" for any other value. Static strings. */
 WM_API const char* wm_device_memory_name(wm_device_memory memory);
 /* "unified_only", "always", "never", "from_options"; "?" for any other value. */
 WM_API const char* wm_import_policy_name(wm_import_policy policy);

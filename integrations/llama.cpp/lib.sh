@@ -683,7 +683,7 @@ run_servers() { # MODEL
 # meets ggml-cuda's 128 there, as in converted models; llama.cpp's tiny generated models do not).
 # One cuda-glue line per fake device model (docs/cuda.md), one hsa-glue line per runtime
 # behaviour: read-only locks accepted, and refused (the writable path).
-declare -A glue_method=([gb10]=direct [gh200]=direct [orin]=register [h200]=unavailable
+declare -A glue_method=([gb10]=direct [gh200]=unavailable [orin]=register [h200]=unavailable
                         [b300]=unavailable [nano]=unavailable)
 run_device_glue() {
   local exe=$out/device_glue_check model=$out/models/glue-dense.gguf line name fake rc refuse

@@ -91,7 +91,7 @@ const char* wm_status_name(wm_status status) {
 // Through raw_enum: C may pass any int, which a switch over the enum type must not see.
 const char* wm_device_memory_name(wm_device_memory memory) {
     const long long raw = raw_enum(memory);
-    if (raw < WM_DEVICE_MEMORY_UNKNOWN || raw > WM_DEVICE_MEMORY_DISCRETE) return "?";
+    if (raw < WM_DEVICE_MEMORY_UNKNOWN || raw > WM_DEVICE_MEMORY_COHERENT) return "?";
     return wm::to_string(static_cast<wm::DeviceMemory>(raw));
 }
 

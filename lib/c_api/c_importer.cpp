@@ -18,6 +18,7 @@ DeviceMemory device_memory_from_c(const wm_device_memory& memory) noexcept {
     const long long raw = raw_enum(memory);
     return raw == WM_DEVICE_MEMORY_UNIFIED    ? DeviceMemory::unified
            : raw == WM_DEVICE_MEMORY_DISCRETE ? DeviceMemory::discrete
+           : raw == WM_DEVICE_MEMORY_COHERENT ? DeviceMemory::coherent
                                               : DeviceMemory::unknown;
 }
 

@@ -112,10 +112,11 @@ wm_status wm_model_add_target_caps(wm_model* model, const char* name, const char
         if (target.importer_key.empty()) target.importer_key = target.name;
         const wm_importer_caps c = read_struct(*caps, caps_to_c(wm::ImporterCaps{}));
         const long long memory = raw_enum(c.device_memory);
-        if (memory < WM_DEVICE_MEMORY_UNKNOWN || memory > WM_DEVICE_MEMORY_DISCRETE)
+        if (memory < WM_DEVICE_MEMORY_UNKNOWN || memory > WM_DEVICE_MEMORY_COHERENT)
             return fail(WM_ERROR_INVALID_ARGUMENT,
                         std::string(fn) + ": caps->device_memory " + std::to_string(memory) +
-                            " is not a wm_device_memory (0 unknown, 1 unified, 2 discrete)");
+                            " is not a wm_device_memory (0 unknown, 1 unified, 2 discrete, "
+                            "3 coherent)");
         target.caps = caps_from_c(c);
         target.file_pages_note = or_empty(c.file_pages_note);
         target.device_memory_note = or_empty(c.device_memory_note);

@@ -1079,6 +1079,8 @@ std::string Planner::gate_reason(const PlanRegion& region) const {
 std::string Planner::policy_note(DeviceMemory memory) {
     if (memory == DeviceMemory::discrete)
         return "; import_policy=always on a discrete device: every use reads over the bus";
+    if (memory == DeviceMemory::coherent)
+        return "; import_policy=always on a coherent device: every use reads over the CPU link";
     if (memory == DeviceMemory::unknown)
         return "; import_policy=always, device memory unknown";
     return {};

@@ -117,6 +117,7 @@ Subject cuda_subject(const char* name, bool direct) {
     // the fake's device pointers are host + 2^57; a direct import's is the host pointer
     s.device_address_is_host = direct;
     if (model == 2) s.expect_memory = DeviceMemory::discrete; // the H200 on PCIe
+    if (model == 1) s.expect_memory = DeviceMemory::coherent; // GH200: HBM, host over C2C
 #ifdef WM_CONFORMANCE_FAKE_CUDA
     s.make = [direct] {
         static std::weak_ptr<void> alive; // the fake's cuInit is process-wide too

@@ -115,10 +115,20 @@ TEST_CASE("wm-load --importer cuda imports on an integrated device and verifies 
 TEST_CASE("wm-load --importer cuda loads with each device model's method") {
     Fixture f;
     setenv("WEIGHTMAP_CUDA_LIBRARY", WEIGHTMAP_FAKE_CUDA_PATH, 1);
+    // GH200 reads host memory over NVLink-C2C but has HBM: copied by default, with the reason
+    setenv("WEIGHTMAP_FAKE_CUDA_MODEL", "gh200", 1);
+    const json hbm = f.load({}, "cuda");
+    CHECK(hbm["device_memory"] == "coherent");
+    CHECK(hbm["imported_bytes"] == 0);
+    CHECK(hbm["copied_bytes"] == hbm["device_bytes"]);
     for (const char* coherent : {"gh200", "gb10"}) { // direct: nothing registered, all in place
         INFO(coherent);
         setenv("WEIGHTMAP_FAKE_CUDA_MODEL", coherent, 1);
-        const json direct = f.load({}, "cuda");
+        const json direct =
+            f.load(std::string(coherent) == "gh200" ? std::vector<std::string>{"--import-policy",
+                                                                               "always"}
+                                                    : std::vector<std::string>{},
+                   "cuda");
         CHECK(direct["cuda_method"] == "direct");
         CHECK(direct["registrations"] == 0);
         CHECK(direct["mapping"] == "read_only");
