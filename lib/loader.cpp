@@ -213,8 +213,8 @@ std::string writable_refusal(const std::vector<std::string>& paths, std::string&
     return {};
 }
 
-// Read-only first; where a runtime refused read-only pages, the whole execution again on a
-// writable shared mapping when every file passes the rules. Otherwise the read-only placement
+// Read-only first; where a runtime refused read-only pages and LoadOptions::writable_retry is
+// set, the whole execution again on a writable shared mapping when every file passes the rules. Otherwise the read-only placement
 // stays, those regions copies, and the decision says why.
 // (The pieces of LoadedModel::Impl, which only load_model may name.)
 struct Loaded {
@@ -228,6 +228,15 @@ Status retry_writable(Loaded impl, const Plan& plan, const std::vector<std::stri
                       Span<Importer* const> importers, const LoadOptions& options) {
     const std::string refusers = read_only_refusers(impl.placement, importers);
     if (refusers.empty()) return {};
+    if (!options.writable_retry) {
+        impl.decision.reason = fmt::format(
+            "read-only: importer {} {}; a writable mapping would dirty the model file (the lock "
+            "write-faults every page it locks), so its regions fall back "
+            "(LoadOptions::writable_retry maps writable anyway)",
+            refusers, read_only_refusal_marker);
+        log_message(options.execute.log, LogLevel::warning, impl.decision.reason);
+        return {};
+    }
     std::string refused_path;
     std::string why = writable_refusal(paths, refused_path);
     Result<MappedModel> writable = make_error(ErrorKind::invalid_argument, why);

@@ -28,6 +28,13 @@ struct LoadOptions {
     /// import declares survives_read_only_reprotect, so a stray store faults instead of
     /// corrupting the model file. Leave it on unless measuring.
     bool reprotect_read_only = true;
+    /// Where a runtime refused read-only pages (read_only_refusal_marker), execute again on a
+    /// writable shared mapping when every file passes the writable rules. Off by default: the HSA
+    /// lock asks write access of every page it locks (KFD's userptr path), so on a writable
+    /// MAP_SHARED mapping each page is write-faulted: the model file is dirtied, its mtime moves
+    /// and writeback rewrites it (docs/hsa.md). Those regions are copied instead, as upstream
+    /// does. On only where the file is scratch and that is acceptable.
+    bool writable_retry = false;
     /// Before importing, bring the planned import extents into the page cache with large
     /// sequential reads (populate.hpp): a pin otherwise faults a cold file in as the kernel sees
     /// fit. Off: the A/B (wm-load --no-populate). Its error (a file truncated since it was

@@ -7,6 +7,13 @@
 //     told to behave like a runtime that locks read-write only (fake_hsa_set_refuse_read_only,
 //     or WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=1 at load and reset); by default it accepts
 //     read-only pages, as KFD does for file-backed pages;
+//   * a lock of writable pages write-faults every one of them, as KFD's userptr path does: it
+//     faults the range in with write access unless the BO is read-only (amdgpu_ttm_tt_get_user_pages
+//     / amdgpu_hmm_range_get_pages ask HMM_PFN_REQ_WRITE when !amdgpu_ttm_tt_is_readonly; ROCr's
+//     hsa_amd_memory_lock registers without a read-only flag on ROCm 5.x). On a MAP_SHARED file
+//     mapping that goes through page_mkwrite: the page is dirty and the file's mtime moves. The
+//     fake writes each page's first byte back unchanged, which the kernel treats the same way.
+//     Sourced from the kernel and ROCr sources, not measured on hardware;
 //   * every lock needs an unlock: hsa_shut_down and library unload report live locks, and unload
 //     ends the process with status 1 so a leak can never pass silently.
 // It records, for every lock call that reaches the page checks, how many of the range's pages
@@ -113,6 +120,14 @@ bool range_writable(std::uintptr_t begin, std::uintptr_t end) {
     }
     std::fclose(maps);
     return covered >= end;
+}
+
+// A write fault on every page, changing no byte: what a lock that asks write access does.
+void write_fault(std::uintptr_t begin, std::uint64_t pages, std::uintptr_t page) {
+    for (std::uint64_t i = 0; i < pages; ++i) {
+        auto* byte = reinterpret_cast<volatile unsigned char*>(begin + i * page);
+        *byte = *byte;
+    }
 }
 
 // Pages of [begin, begin + pages * page) resident in the page cache, by mincore.
@@ -287,6 +302,7 @@ hsa_status_t HSA_API hsa_amd_memory_lock(void* host_ptr, size_t size, hsa_agent_
     if (s.refuse_read_only && !range_writable(host, host + size)) return HSA_STATUS_ERROR;
     if (s.fail_lock_at != 0 && s.lock_calls_since_fail_set == s.fail_lock_at)
         return s.fail_lock_status;
+    if (range_writable(host, host + size)) write_fault(host, pages, page);
     s.locks.push_back({host, size});
     *agent_ptr = reinterpret_cast<void*>(host + agent_aperture);
     return HSA_STATUS_SUCCESS;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The mapping policy with HSA, as ROCm behaves: read-only first. A runtime that accepts
 // read-only pages imports from a read-only mapping and no file is ever opened O_RDWR; one that
-// refuses them gets load_model's writable retry, under the rules (the caller owns the file, it
-// has the owner-write bit, the reopen is the same inode), or its regions stay copies saying why.
+// refuses them has its regions copied, the model file left clean (a lock write-faults every page
+// of a writable mapping: the fake does what KFD does), unless LoadOptions::writable_retry asks
+// for the writable mapping, under the rules (the caller owns the file, it has the owner-write
+// bit, the reopen is the same inode), or its regions stay copies saying why.
 // A locked range is never mprotected or munmapped (the syscall hooks watch every call against
 // the fake's live locks). The registry's HSA importer loads the fake via WEIGHTMAP_HSA_LIBRARY.
 #include <catch2/catch.hpp>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "hsa/fake_hsa.hpp"
+#include "support/dirty_pages.hpp"
 #include "internal/sys_hooks.hpp"
 #include "support/child.hpp"
 #include "support/skip.hpp"
@@ -137,6 +140,12 @@ LoadOptions quiet_import() {
     o.execute.log = [](LogLevel, std::string_view) {};
     return o;
 }
+
+LoadOptions writable_retry() {
+    LoadOptions o = quiet_import();
+    o.writable_retry = true;
+    return o;
+}
 } // namespace
 
 TEST_CASE("a runtime that accepts read-only locks imports on a read-only mapping; nothing is "
@@ -162,17 +171,45 @@ TEST_CASE("a runtime that accepts read-only locks imports on a read-only mapping
     CHECK(Watch::unmaps_of_locked == 0);
 }
 
-TEST_CASE("a runtime that refuses read-only locks gets the writable retry and imports",
-          "[hsa][loader]") {
+TEST_CASE("a runtime that refuses read-only locks: its regions are copied and the model file "
+          "stays clean", "[hsa][loader]") {
     wm::test::FakeHsa& fake = wm::test::FakeHsa::fresh();
     fake.set_refuse_read_only(true);
     auto hsa = fake.importer();
     auto cpu = make_cpu_importer();
     TwoFiles files;
+    REQUIRE(wm::test::write_back(files.a));
+    const std::int64_t mtime = wm::test::mtime_ns_of(files.a);
     std::vector<Importer*> importers{hsa.get(), cpu.get()};
     Watch watch(fake);
     {
         auto loaded = load_model(files.model(*hsa, *cpu), importers, quiet_import());
+        REQUIRE(loaded.ok());
+        const MappingDecision& d = loaded->mapping_decision();
+        CHECK(d.access == MappingAccess::read_only);
+        CHECK_THAT(d.reason, Catch::Contains("would dirty the model file") &&
+                                 Catch::Contains("writable_retry"));
+        CHECK(loaded->placement().plan().totals.imported_bytes == 0);
+        CHECK(fake.live_locks() == 0);
+        CHECK(wm::test::dirty_kib_of(files.a) == 0);
+    }
+    CHECK(wm::test::mtime_ns_of(files.a) == mtime);
+    CHECK(Watch::read_write_opens == 0);
+}
+
+TEST_CASE("under writable_retry a refusing runtime imports from a writable mapping, and the lock "
+          "dirties the model file (why the retry is off by default)", "[hsa][loader]") {
+    wm::test::FakeHsa& fake = wm::test::FakeHsa::fresh();
+    fake.set_refuse_read_only(true);
+    auto hsa = fake.importer();
+    auto cpu = make_cpu_importer();
+    TwoFiles files;
+    REQUIRE(wm::test::write_back(files.a));
+    std::vector<Importer*> importers{hsa.get(), cpu.get()};
+    Watch watch(fake);
+    {
+        auto loaded = load_model(files.model(*hsa, *cpu), importers, writable_retry());
+        CHECK(wm::test::dirty_kib_of(files.a) > 0); // the fake's write faults, as KFD's
         REQUIRE(loaded.ok());
         const MappingDecision& d = loaded->mapping_decision();
         CHECK(d.access == MappingAccess::writable);
@@ -204,7 +241,7 @@ TEST_CASE("a refusing runtime on root-owned 0444 files: the rules keep them read
     REQUIRE(chmod(files.a.c_str(), 0444) == 0); // owned by this process's uid (root in CI)
     std::vector<Importer*> importers{hsa.get(), cpu.get()};
     Watch watch(fake);
-    auto loaded = load_model(files.model(*hsa, *cpu), importers, quiet_import());
+    auto loaded = load_model(files.model(*hsa, *cpu), importers, writable_retry());
     REQUIRE(loaded.ok());
     const MappingDecision& d = loaded->mapping_decision();
     CHECK(d.access == MappingAccess::read_only);
@@ -236,7 +273,7 @@ TEST_CASE("a refusing runtime with one shard on a read-only mount: every region 
         ModelDesc model = files.model(*hsa, *cpu);
         model.files[1].path = ro_path;
         std::vector<Importer*> importers{hsa.get(), cpu.get()};
-        auto loaded = load_model(model, importers, quiet_import());
+        auto loaded = load_model(model, importers, writable_retry());
         if (!loaded) return 1;
         const MappingDecision& d = loaded->mapping_decision();
         if (d.access != MappingAccess::read_only) return 2;
