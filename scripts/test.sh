@@ -95,7 +95,15 @@ count_llama() {
       if (want != "unavailable") pass = pass && num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0
       if (pass) ok++; else bad++
     }
-    /^llama.cpp hsa-glue / { if (num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0) ok++; else bad++ }
+    /^llama.cpp hsa-glue / {
+      # read-only locks import; a runtime that refuses them copies (a writable lock dirties the file)
+      if (/ case=refused /) pass = num("imported_fraction") == 0 && num("wrapped_buffers") == 0
+      else pass = num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0
+      if (pass) ok++; else bad++
+    }
+    /^llama.cpp cuda-real-header / { if (num("imported_fraction") >= 0.99 && num("device_mib") > 0) ok++; else bad++ }
+    /^llama.cpp pinned / { if (num("planned_mib") > 0 && num("pinned_mib_total") <= num("planned_mib") && num("fit_trials") > 0) ok++; else bad++ }
+    /^llama.cpp dirty / { if (num("shared_dirty_kib") == 0 && / mtime_unchanged=yes( |$)/) ok++; else bad++ }
     # the import arm is judged; copy and upstream are reported beside it (they do what upstream does)
     /^llama.cpp file-change arm=import / {
       if (/ lease=yes /) pass = / server_alive=yes / && / answers_after=same( |$)/

@@ -350,6 +350,23 @@ check_reload() { # MODEL
   check_line reload "$pass" "loads=3 exit=$rc imports_per_load=$(grep -m1 -oE 'in [0-9]+ imports' "$log.err" | grep -oE '[0-9]+')"
 }
 
+# -fit's trials import nothing: over a whole -fit load (its trials and the real load) the process
+# imports at most the bytes the real load planned (the test build's log line). A trial that
+# imported would pin the whole model once per trial on HSA and on Orin. On lavapipe: the llama
+# loads with ggml-cuda and ggml-hip cannot run here, and the counter is the glue's, whichever
+# importer is under it.
+check_fit_pins_once() { # MODEL
+  local log=$out/run/fit-pins line planned total trials
+  generate "$log" "$out/testing/llama-completion" "$1" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" -- -n 2
+  line=$(grep 'llama_weightmap: test: .* planned ' "$log.err" | tail -n 1)
+  planned=$(sed -nE 's/.* planned ([0-9.]+) MiB of imports.*/\1/p' <<< "$line")
+  total=$(sed -nE 's/.* imported ([0-9.]+) MiB in this process.*/\1/p' <<< "$line")
+  trials=$(sed -nE 's/.* ([0-9]+) memory-fit trials.*/\1/p' <<< "$line")
+  summaries+=("llama.cpp pinned model=lavapipe planned_mib=${planned:-0} pinned_mib_total=${total:-0} fit_trials=${trials:-0}")
+  awk -v p="${planned:-0}" -v t="${total:-0}" -v n="${trials:-0}" 'BEGIN { exit !(p > 0 && t <= p && n > 0) }' ||
+    fail "a -fit load imported ${total:-?} MiB over ${trials:-?} trials for ${planned:-?} MiB planned; see $log.err"
+}
+
 # llama-bench fits and loads by itself (-fitt): with every import refused after its fit (the test
 # build's hook) it fits and loads again, and measures, rather than failing or overcommitting.
 check_bench_refit() { # MODEL
@@ -678,43 +695,68 @@ run_servers() { # MODEL
 }
 
 # --- CUDA and ROCm devices: the glue's importing half on the fake runtimes --------------------
-# device_glue_check.cpp with src/llama-weightmap-device.cpp as libllama compiles it, on a
-# llama.cpp-shaped model of wm-gen-model (GGUF's default alignment, 32: every tensor offset
-# meets ggml-cuda's 128 there, as in converted models; llama.cpp's tiny generated models do not).
-# One cuda-glue line per fake device model (docs/cuda.md), one hsa-glue line per runtime
-# behaviour: read-only locks accepted, and refused (the writable path).
+# device_glue_check.cpp with src/llama-weightmap-device.cpp as libllama compiles it. Models: each
+# of the pinned tree's 19 real tokenizer headers (models/ggml-vocab-*.gguf: their length decides
+# where the data starts) with tensors of popular models' shapes appended (rows ggml-cuda pads:
+# gpt-oss 2880 MXFP4 experts, Gemma-3 3840/5376, Llama-2 11008, Qwen3-30B-A3B 768, GLM 1408),
+# planned and imported on the gb10 and orin fakes: one cuda-real-header line each. On the
+# llama-bpe one: a cuda-glue line per fake device model (docs/cuda.md), an hsa-glue line per
+# runtime behaviour (read-only locks accepted, refused: copied), and a dirty line for each. A
+# poisoned copy (NaN after a padded tensor) must copy that tensor alone.
 declare -A glue_method=([gb10]=direct [gh200]=unavailable [orin]=register [h200]=unavailable
                         [b300]=unavailable [nano]=unavailable)
-run_device_glue() {
-  local exe=$out/device_glue_check model=$out/models/glue-dense.gguf line name fake rc refuse
+build_device_glue_check() {
+  local exe=$1
   if stale "$exe" "$here/device_glue_check.cpp" || [[ $out/src/src/llama-weightmap-device.cpp -nt $exe ]]; then
     # shellcheck disable=SC2046
     g++ -std=c++17 -O2 -Wall -Wextra -Werror -DLLAMA_USE_WEIGHTMAP -I"$out/src/ggml/include" -I"$out/src/ggml/src" \
       -I"$out/src/include" -I"$out/src/src" $(pkg-config --cflags weightmap) "$here/device_glue_check.cpp" \
       "$out/src/src/llama-weightmap-device.cpp" -o "$exe" -L"$bin" -lllama -lggml-base \
-      $(pkg-config --libs weightmap) -Wl,-rpath,"$bin" || { fail "device_glue_check.cpp does not build"; return; }
+      $(pkg-config --libs weightmap) -Wl,-rpath,"$bin"
   fi
-  [[ -s $model ]] || "$libwm_build/examples/wm-gen-model" --shape dense --layers 4 --size-mib 24 -o "$model" > /dev/null ||
-    { fail "wm-gen-model failed"; return; }
-  fake=$libwm_build/tests/cuda/libfake_cuda_driver.so
+}
+glue_run() { # NAME ENV... -- ARGS...: one run, its summary lines kept; the lines are echoed
+  local name=$1 rc=0 lines; shift
+  local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+  lines=$(env "${envs[@]}" "$exe" "$@" 2> "$out/run/glue-$name.err") || rc=$?
+  ((rc == 0)) || fail "device_glue_check $name: exit $rc; see $out/run/glue-$name.err"
+  echo "$lines"
+}
+run_device_glue() {
+  local exe=$out/device_glue_check dir=$out/models/real-headers line name vocab model cuda hsa refuse lines
+  build_device_glue_check "$exe" || { fail "device_glue_check.cpp does not build"; return; }
+  cuda=$libwm_build/tests/cuda/libfake_cuda_driver.so hsa=$libwm_build/tests/hsa/libfake_hsa_runtime.so
+  mkdir -p "$dir"
+  for vocab in "$out"/src/models/ggml-vocab-*.gguf; do
+    name=$(basename "$vocab") model=$dir/$name
+    [[ -s $model ]] || "$exe" real-header "$vocab" "$model" || { fail "real-header $name failed"; continue; }
+    for m in gb10 orin; do
+      line=$(glue_run "$m-$name" WEIGHTMAP_FAKE_CUDA_MODEL=$m -- cuda "$m" "$model" "$cuda" "$name")
+      summaries+=("${line:-llama.cpp cuda-real-header file=$name model=$m device_mib=0 imported_fraction=0}")
+    done
+  done
+  model=$dir/ggml-vocab-llama-bpe.gguf
   for name in gb10 gh200 orin h200 b300 nano; do
-    rc=0
-    line=$(WEIGHTMAP_FAKE_CUDA_MODEL=${name/nano/tegra-x1} "$exe" cuda "$name" "$model" "$fake" \
-      2> "$out/run/glue-$name.err") || rc=$?
+    lines=$(glue_run "$name" WEIGHTMAP_FAKE_CUDA_MODEL=${name/nano/tegra-x1} -- cuda "$name" "$model" "$cuda")
+    line=$(grep '^llama.cpp cuda-glue ' <<< "$lines")
     summaries+=("${line:-llama.cpp cuda-glue model=$name method=none imported_fraction=0 wrapped_buffers=0}")
-    ((rc == 0)) || fail "device_glue_check cuda $name: exit $rc; see $out/run/glue-$name.err"
     [[ $line == *" method=${glue_method[$name]} "* ]] || fail "cuda-glue $name: method is not ${glue_method[$name]}"
+    line=$(grep '^llama.cpp dirty ' <<< "$lines") && summaries+=("$line")
   done
-  fake=$libwm_build/tests/hsa/libfake_hsa_runtime.so
-  for name in read-only writable; do
-    rc=0 refuse=0
-    [[ $name == writable ]] && refuse=1
-    line=$(WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=$refuse "$exe" hsa "$name" "$model" "$fake" \
-      2> "$out/run/glue-hsa-$name.err") || rc=$?
+  for name in read-only refused; do
+    refuse=0
+    [[ $name == refused ]] && refuse=1
+    lines=$(glue_run "hsa-$name" WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=$refuse -- hsa "$name" "$model" "$hsa")
+    line=$(grep '^llama.cpp hsa-glue ' <<< "$lines")
     summaries+=("${line:-llama.cpp hsa-glue case=$name imported_fraction=0 wrapped_buffers=0}")
-    ((rc == 0)) || fail "device_glue_check hsa $name: exit $rc; see $out/run/glue-hsa-$name.err"
-    [[ $line == *" case=$name "* ]] || fail "hsa-glue $name: the probe chose another mapping"
+    line=$(grep '^llama.cpp dirty ' <<< "$lines") && summaries+=("$line")
   done
+  # the finite check can fail: NaN where a padded tensor's last row over-reads copies that tensor
+  [[ -s $dir/poisoned.gguf ]] || "$exe" real-header "$out/src/models/ggml-vocab-llama-bpe.gguf" "$dir/poisoned.gguf" poison
+  line=$(glue_run poisoned WEIGHTMAP_FAKE_CUDA_MODEL=gb10 -- cuda gb10 "$dir/poisoned.gguf" "$cuda" poisoned)
+  grep -q "blk.0.ffn_down_exps.weight copied: the file's bytes after it, read as its padding, are not finite" \
+    "$out/run/glue-poisoned.err" && awk -v l="$line" 'BEGIN { split(l, f, "imported_fraction="); exit !(f[2] > 0.5 && f[2] < 0.99) }' ||
+    fail "the poisoned model's padded tensor was not copied alone: $line; see $out/run/glue-poisoned.err"
 }
 
 # compile-check.sh: what the series adds to ggml-cuda, with Debian's nvcc 11.8 and hipcc 5.2.

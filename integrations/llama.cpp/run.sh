@@ -187,6 +187,7 @@ check_truncated_model "$m/llama-dense.gguf"
 check_truncated_after_planning "$m/llama-dense.gguf"
 check_reload "$m/llama-dense.gguf"
 check_bench_refit "$m/big/llama-dense.gguf"
+check_fit_pins_once "$m/big/llama-dense.gguf"
 check_mlock_locks_imports "$m/llama-dense.gguf"
 phase stock-and-checks
 run_compile_check
