@@ -29,7 +29,8 @@
 #        (scratch: default build-device/llama-work), OUT (results: two files; default build-device)
 # The source: build-llama/src (fetch.sh's clone), else fetch.sh from its npm tarball cache
 #   (build-llama/cache, or build-device/llama-carry/cache); nothing is downloaded.
-# Exit:  77 with one line when no GPU is usable (no nvidia-smi, nvidia-smi failing or listing no
+# Exit:  (1 also when a forced import arm imports < 90 % of its device bytes.)
+#        77 with one line when no GPU is usable (no nvidia-smi, nvidia-smi failing or listing no
 #        GPU, no /dev/nvidia0, no libcuda.so.1 whose cuInit succeeds) or when there is neither a
 #        PREBUILT tree nor nvcc (nor cmake and ninja to use it); 1 when a step fails, the budget
 #        runs out, or an arm's tokens differ; 0 otherwise.
@@ -403,6 +404,10 @@ case_line() { # NAME BACKEND ARM COPY_ARM UPSTREAM_ARM(or -)
   if [[ $5 != - ]] && have_arm "$5"; then load_up=$(ratio "$(arm_median completion "$3" load)" "$(arm_median completion "$5" load)"); fi
   say "llama.cpp device case=$1 backend=$2 tokens_identical=$same imported_fraction=$fraction tg_ratio_vs_copy=$tg load_ratio_vs_upstream=$load_up"
   [[ $same == yes ]] || { say "case $1: the arms' tokens differ"; status=1; }
+  # an import arm that imported (almost) nothing would pass on tokens alone: it ran the copy
+  if [[ $3 == *import ]] && ! awk -v f="$fraction" 'BEGIN { exit !(f >= 0.90) }'; then
+    say "case $1: the import arm imported $fraction of its device bytes (< 0.90): nothing was measured"; status=1
+  fi
 }
 rate_of() { # tg|pp ARM: llama-bench's median where it ran, else llama-completion's eval lines'
   local rate=nan
