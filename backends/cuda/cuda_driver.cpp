@@ -35,7 +35,8 @@ bool resolve_all(void* h, Api& api, std::string& missing) {
            resolve_symbol(h, "cuMemFree_v2", api.mem_free, missing) &&
            resolve_symbol(h, "cuMemcpyHtoD_v2", api.memcpy_htod, missing) &&
            resolve_symbol(h, "cuMemcpyDtoH_v2", api.memcpy_dtoh, missing) &&
-           resolve_symbol(h, "cuMemcpyDtoD_v2", api.memcpy_dtod, missing);
+           resolve_symbol(h, "cuMemcpyDtoD_v2", api.memcpy_dtod, missing) &&
+           resolve_symbol(h, "cuMemcpy", api.memcpy_unified, missing);
 }
 
 } // namespace

@@ -94,6 +94,7 @@ using PFN_cuMemFree = CUresult (*)(CUdeviceptr device_pointer);                 
 using PFN_cuMemcpyHtoD = CUresult (*)(CUdeviceptr dst, const void* src, std::size_t size); // _v2
 using PFN_cuMemcpyDtoH = CUresult (*)(void* dst, CUdeviceptr src, std::size_t size);       // _v2
 using PFN_cuMemcpyDtoD = CUresult (*)(CUdeviceptr dst, CUdeviceptr src, std::size_t size); // _v2
+using PFN_cuMemcpy = CUresult (*)(CUdeviceptr dst, CUdeviceptr src, std::size_t size);
 }
 
 /// The entry points and the symbol each is resolved from.
@@ -119,6 +120,7 @@ struct Api {
     PFN_cuMemcpyHtoD memcpy_htod = nullptr;                      // cuMemcpyHtoD_v2
     PFN_cuMemcpyDtoH memcpy_dtoh = nullptr;                      // cuMemcpyDtoH_v2
     PFN_cuMemcpyDtoD memcpy_dtod = nullptr;                      // cuMemcpyDtoD_v2
+    PFN_cuMemcpy memcpy_unified = nullptr;                       // cuMemcpy (kind from UVA)
 };
 
 /// One loaded driver with cuInit done. Destruction dlcloses it (the driver has no counterpart

@@ -376,8 +376,10 @@ Status CudaImporter::read_back_checked(const ImportedBuffer& buffer, std::uint64
 }
 
 // A direct import's bytes as the device reads them: the device copies them from the host
-// pointer into memory of its own (cuMemcpyDtoD), and that comes back to the host. Reading the
-// host pointer with cuMemcpyDtoH alone might be served by the CPU.
+// pointer into memory of its own, and that comes back to the host. Reading the host pointer with
+// cuMemcpyDtoH alone might be served by the CPU. The copy in is cuMemcpy, whose kind the driver
+// infers from the pointers (unified addressing): an explicit-kind copy (cuMemcpyDtoD) of pageable
+// host memory is outside its contract and refused on some systems (issue 43).
 Status CudaImporter::read_through_device(CUdeviceptr source, std::uint64_t size, void* dst) {
     WM_CUDA_ENTER(current)
     const Api& api = driver_->api();
@@ -386,8 +388,8 @@ Status CudaImporter::read_through_device(CUdeviceptr source, std::uint64_t size,
         return make_error(ErrorKind::import_failed,
                           fmt::format("cuMemAlloc({} bytes) for a read-back failed on '{}': {}",
                                       size, facts_.name, describe(allocated)));
-    CUresult result = api.memcpy_dtod(staging, source, size);
-    const char* step = "cuMemcpyDtoD";
+    CUresult result = api.memcpy_unified(staging, source, size);
+    const char* step = "cuMemcpy";
     if (result == CUDA_SUCCESS) {
         result = api.memcpy_dtoh(dst, staging, size);
         step = "cuMemcpyDtoH";

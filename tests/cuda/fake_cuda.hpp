@@ -161,6 +161,7 @@ private:
         bind(api_.memcpy_htod, "cuMemcpyHtoD_v2");
         bind(api_.memcpy_dtoh, "cuMemcpyDtoH_v2");
         bind(api_.memcpy_dtod, "cuMemcpyDtoD_v2");
+        bind(api_.memcpy_unified, "cuMemcpy");
     }
     // A control call's -1 is the test's mistake (a bad device, attribute or entry name).
     static void check(bool ok, const std::string& what) {

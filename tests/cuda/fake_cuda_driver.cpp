@@ -63,12 +63,13 @@ constexpr unsigned register_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGI
                                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
 
 // Every exported entry point, by the name fake_cuda_fail_at and fake_cuda_calls take.
-constexpr std::array<std::string_view, 21> entry_names = {
+constexpr std::array<std::string_view, 22> entry_names = {
     "cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString", "cuDeviceGetCount",
     "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuCtxGetDevice",
     "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
     "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+    "cuMemcpy",
 };
 
 // An entry's index, at compile time: entries pass their own __func__, so a name missing from
@@ -768,9 +769,31 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, std::size_t size) {
     return CUDA_SUCCESS;
 }
 
-// Device to device, each side under the rules of the two above: how the importer reads a direct
-// import through the device, and how device-cuda.sh measures read bandwidth.
+// Device to device, each side under the rules of the two above. Pageable host memory on either
+// side is refused: the reference gives cuMemcpyDtoD device pointers only, and the Runtime API's
+// cudaMemcpy calls a kind that does not match the pointers undefined behaviour, refused on some
+// systems where cudaMemcpyDefault works (issue 43). The fake takes the strict reading.
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t size) {
+    State& s = state();
+    Guard guard(s.mutex);
+    const CUresult injected = count_call(s, entry(__func__));
+    if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
+    const Target to = device_range(s, dst, size), from = device_range(s, src, size);
+    if (to.pageable || from.pageable) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = check_access(s, from, size, false); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_access(s, to, size, true); r != CUDA_SUCCESS) return r;
+    if (injected != CUDA_SUCCESS) return injected;
+    if (size != 0) std::memmove(to.bytes, from.bytes, size);
+    s.dtod_bytes += size;
+    return CUDA_SUCCESS;
+}
+
+// "Copies data between two pointers ... infers the type of the transfer ... from the pointer
+// values" (Driver API, cuMemcpy; unified addressing): pageable host memory is accepted on either
+// side, under check_access's rules. Assumption: on a device without PAGEABLE_MEMORY_ACCESS the
+// real driver would stage such a copy through the CPU; the fake calls it a misuse, the answer
+// that never hides a device unable to reach the pointer itself. Counted with DtoD.
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t size) {
     State& s = state();
     Guard guard(s.mutex);
     const CUresult injected = count_call(s, entry(__func__));
@@ -810,6 +833,7 @@ static_assert(std::is_same_v<decltype(&cuMemFree_v2), PFN_cuMemFree>);
 static_assert(std::is_same_v<decltype(&cuMemcpyHtoD_v2), PFN_cuMemcpyHtoD>);
 static_assert(std::is_same_v<decltype(&cuMemcpyDtoH_v2), PFN_cuMemcpyDtoH>);
 static_assert(std::is_same_v<decltype(&cuMemcpyDtoD_v2), PFN_cuMemcpyDtoD>);
+static_assert(std::is_same_v<decltype(&cuMemcpy), PFN_cuMemcpy>);
 
 // --- control, for tests -----------------------------------------------------------------------
 
