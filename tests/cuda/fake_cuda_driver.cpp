@@ -336,6 +336,17 @@ CUresult check_access(State& s, const Target& t, std::size_t n, bool write) {
     return CUDA_SUCCESS;
 }
 
+// A device-side copy under check_access's rules on each side, counted with DtoD.
+CUresult copy_between(State& s, const Target& to, const Target& from, std::size_t size,
+                      CUresult injected) {
+    if (CUresult r = check_access(s, from, size, false); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_access(s, to, size, true); r != CUDA_SUCCESS) return r;
+    if (injected != CUDA_SUCCESS) return injected;
+    if (size != 0) std::memmove(to.bytes, from.bytes, size);
+    s.dtod_bytes += size;
+    return CUDA_SUCCESS;
+}
+
 std::uint64_t allocated_on(const State& s, CUdevice device) {
     std::uint64_t bytes = 0;
     for (const Allocation& a : s.allocations)
@@ -780,12 +791,7 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t size) {
     if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
     const Target to = device_range(s, dst, size), from = device_range(s, src, size);
     if (to.pageable || from.pageable) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = check_access(s, from, size, false); r != CUDA_SUCCESS) return r;
-    if (CUresult r = check_access(s, to, size, true); r != CUDA_SUCCESS) return r;
-    if (injected != CUDA_SUCCESS) return injected;
-    if (size != 0) std::memmove(to.bytes, from.bytes, size);
-    s.dtod_bytes += size;
-    return CUDA_SUCCESS;
+    return copy_between(s, to, from, size, injected);
 }
 
 // "Copies data between two pointers ... infers the type of the transfer ... from the pointer
@@ -799,12 +805,7 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t size) {
     const CUresult injected = count_call(s, entry(__func__));
     if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
     const Target to = device_range(s, dst, size), from = device_range(s, src, size);
-    if (CUresult r = check_access(s, from, size, false); r != CUDA_SUCCESS) return r;
-    if (CUresult r = check_access(s, to, size, true); r != CUDA_SUCCESS) return r;
-    if (injected != CUDA_SUCCESS) return injected;
-    if (size != 0) std::memmove(to.bytes, from.bytes, size);
-    s.dtod_bytes += size;
-    return CUDA_SUCCESS;
+    return copy_between(s, to, from, size, injected);
 }
 
 } // extern "C"

@@ -146,6 +146,23 @@ LoadOptions writable_retry() {
     o.writable_retry = true;
     return o;
 }
+
+// A runtime that refuses read-only locks, the two files written back first (from then on, a
+// dirty page of theirs is one the load made), and the syscall watch.
+struct Refusing {
+    wm::test::FakeHsa& fake = wm::test::FakeHsa::fresh();
+    std::unique_ptr<Importer> hsa = (fake.set_refuse_read_only(true), fake.importer());
+    std::unique_ptr<Importer> cpu = make_cpu_importer();
+    TwoFiles files;
+    bool written_back = wm::test::write_back(files.a);
+    std::int64_t mtime = wm::test::mtime_ns_of(files.a);
+    std::vector<Importer*> importers{hsa.get(), cpu.get()};
+    Watch watch{fake};
+
+    Result<LoadedModel> load(const LoadOptions& options) {
+        return load_model(files.model(*hsa, *cpu), importers, options);
+    }
+};
 } // namespace
 
 TEST_CASE("a runtime that accepts read-only locks imports on a read-only mapping; nothing is "
@@ -173,43 +190,31 @@ TEST_CASE("a runtime that accepts read-only locks imports on a read-only mapping
 
 TEST_CASE("a runtime that refuses read-only locks: its regions are copied and the model file "
           "stays clean", "[hsa][loader]") {
-    wm::test::FakeHsa& fake = wm::test::FakeHsa::fresh();
-    fake.set_refuse_read_only(true);
-    auto hsa = fake.importer();
-    auto cpu = make_cpu_importer();
-    TwoFiles files;
-    REQUIRE(wm::test::write_back(files.a));
-    const std::int64_t mtime = wm::test::mtime_ns_of(files.a);
-    std::vector<Importer*> importers{hsa.get(), cpu.get()};
-    Watch watch(fake);
+    Refusing r;
+    REQUIRE(r.written_back);
     {
-        auto loaded = load_model(files.model(*hsa, *cpu), importers, quiet_import());
+        auto loaded = r.load(quiet_import());
         REQUIRE(loaded.ok());
         const MappingDecision& d = loaded->mapping_decision();
         CHECK(d.access == MappingAccess::read_only);
         CHECK_THAT(d.reason, Catch::Contains("would dirty the model file") &&
                                  Catch::Contains("writable_retry"));
         CHECK(loaded->placement().plan().totals.imported_bytes == 0);
-        CHECK(fake.live_locks() == 0);
-        CHECK(wm::test::dirty_kib_of(files.a) == 0);
+        CHECK(r.fake.live_locks() == 0);
+        CHECK(wm::test::dirty_kib_of(r.files.a) == 0);
     }
-    CHECK(wm::test::mtime_ns_of(files.a) == mtime);
+    CHECK(wm::test::mtime_ns_of(r.files.a) == r.mtime);
     CHECK(Watch::read_write_opens == 0);
 }
 
 TEST_CASE("under writable_retry a refusing runtime imports from a writable mapping, and the lock "
           "dirties the model file (why the retry is off by default)", "[hsa][loader]") {
-    wm::test::FakeHsa& fake = wm::test::FakeHsa::fresh();
-    fake.set_refuse_read_only(true);
-    auto hsa = fake.importer();
-    auto cpu = make_cpu_importer();
-    TwoFiles files;
-    REQUIRE(wm::test::write_back(files.a));
-    std::vector<Importer*> importers{hsa.get(), cpu.get()};
-    Watch watch(fake);
+    Refusing r;
+    REQUIRE(r.written_back);
+    wm::test::FakeHsa& fake = r.fake;
     {
-        auto loaded = load_model(files.model(*hsa, *cpu), importers, writable_retry());
-        CHECK(wm::test::dirty_kib_of(files.a) > 0); // the fake's write faults, as KFD's
+        auto loaded = r.load(writable_retry());
+        CHECK(wm::test::dirty_kib_of(r.files.a) > 0); // the fake's write faults, as KFD's
         REQUIRE(loaded.ok());
         const MappingDecision& d = loaded->mapping_decision();
         CHECK(d.access == MappingAccess::writable);
