@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/run_process.hpp"
+#include "support/dirty_pages.hpp"
 #include "support/temp_file.hpp"
 #include "testkit/synthetic_model.hpp"
 
@@ -164,5 +165,30 @@ TEST_CASE("wm-load --importer cuda loads with each device model's method") {
     CHECK_THAT(nano.err, Catch::Contains("does not support cuMemHostRegister"));
     unsetenv("WEIGHTMAP_FAKE_CUDA_MODEL");
     unsetenv("WEIGHTMAP_CUDA_LIBRARY");
+}
+#endif
+
+#ifdef WEIGHTMAP_FAKE_HSA_PATH
+TEST_CASE("wm-load --importer hsa on a runtime that refuses read-only locks: copies, and the "
+          "model file stays clean") {
+    Fixture f;
+    REQUIRE(wm::test::write_back(f.model));
+    const std::int64_t mtime = wm::test::mtime_ns_of(f.model);
+    setenv("WEIGHTMAP_HSA_LIBRARY", WEIGHTMAP_FAKE_HSA_PATH, 1);
+    setenv("WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY", "1", 1);
+    const auto r = wm::test::run_process(
+        {wm::test::tool_path("WM_LOAD"), "--importer", "hsa", "--json", f.model}, f.dir.path());
+    unsetenv("WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY");
+    unsetenv("WEIGHTMAP_HSA_LIBRARY");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    REQUIRE_FALSE(j.is_discarded());
+    CHECK(j["mapping"] == "read_only");
+    CHECK(j["imported_bytes"] == 0);
+    CHECK(j["fallback_bytes"] == j["device_bytes"]);
+    CHECK(j["copies_unsupported"] == true); // HSA makes no copies: the engine's to make
+    CHECK_THAT(r.err, Catch::Contains("would dirty the model file"));
+    CHECK(wm::test::mtime_ns_of(f.model) == mtime);
 }
 #endif
