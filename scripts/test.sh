@@ -102,6 +102,7 @@ count_llama() {
       if (pass) ok++; else bad++
     }
     /^llama.cpp cuda-real-header / { if (num("imported_fraction") >= 0.99 && num("device_mib") > 0) ok++; else bad++ }
+    /^llama.cpp correctness / { if (/ pass=yes( |$)/ && num("kld_mean") >= 0 && num("kld_mean") <= 1e-6) ok++; else bad++ }
     /^llama.cpp pinned / { if (num("planned_mib") > 0 && num("pinned_mib_total") <= num("planned_mib") && num("fit_trials") > 0) ok++; else bad++ }
     /^llama.cpp dirty / { if (num("shared_dirty_kib") == 0 && / mtime_unchanged=yes( |$)/) ok++; else bad++ }
     # the import arm is judged; copy and upstream are reported beside it (they do what upstream does)

@@ -203,7 +203,8 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
   local name=$1 kind=$2 i=$3 k=$4 ref=$5 same=no device fraction peak_i peak_k
   same_tokens "$i" "$ref" && same=yes
   device=$(wm_field device "$i.err")
-  fraction=$(awk -v a="$(wm_field imported "$i.err")" -v d="$device" 'BEGIN { printf "%.4f", (d > 0 ? a / d : 0) }')
+  # no device line (every import refused, or a refit that copied): 0
+  fraction=$(awk -v a="$(wm_field imported "$i.err")" -v d="$device" 'BEGIN { printf "%.4f", (d + 0 > 0 ? a / d : 0) }')
   peak_i=$(peak_mib "$i.maxrss") peak_k=$(peak_mib "$k.maxrss")
   local check=pass
   case $kind in
@@ -248,11 +249,12 @@ summarize_case() { # NAME KIND IMPORT_LOG COPY_LOG REFERENCE_LOG
   esac
 }
 
-# One refused import falls back alone: the big model's other imports stay.
+# One refused import falls back alone: the big model's other imports stay. Without -fit: with it,
+# a refusal at the real load (-fit's trials import nothing) takes the refit path, fit-refused's.
 check_refused_run_alone() { # MODEL
   local log=$out/run/refused-second
   generate "$log" "$out/testing/llama-completion" "$1" LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" \
-    LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=2 --
+    LLAMA_WEIGHTMAP_TEST_REFUSE_IMPORT=2 -- -fit off
   local imports imported device
   imports=$(wm_field imports "$log.err") imported=$(wm_field imported "$log.err") device=$(wm_field device "$log.err")
   echo "refused 2nd import: $(grep -m1 'falling back to a device copy' "$log.err" | sed 's/.*llama_weightmap: //')"
@@ -348,6 +350,49 @@ check_reload() { # MODEL
   [[ $rc == 0 && $(grep -c 'back=yes' "$log.out") == 3 && $(grep -c 'weightmap: device' "$log.err") == 3 ]] &&
     ! grep -q 'mappings_after_free=[1-9]' "$log.out" && ! grep -q 'imported 0.00 MiB' "$log.err" || pass=fail
   check_line reload "$pass" "loads=3 exit=$rc imports_per_load=$(grep -m1 -oE 'in [0-9]+ imports' "$log.err" | grep -oE '[0-9]+')"
+}
+
+# The correctness gate for in-place reads: the import arm's logits against the copy arm's on the
+# same device, with llama-perplexity's KL divergence (the copy arm saves its logits with
+# --kl-divergence-base, the import arm compares) at two ubatch sizes, as llama.cpp#28211 did to
+# find gfx1151's wrong reads of mmap-loaded weights (llama.cpp#26543). Both arms run the same
+# kernels on the same bytes, so the gate is tight: mean KLD <= 1e-6 and top token always the same.
+# Its control must fail it: another model's import (the quantized one) against these logits.
+# (The base file stores log-probabilities in 16 bits: identical logits give |KLD| up to ~5e-5 per
+# token and a mean of 0.000000.)
+kld_field() { # FIELD LOG: Mean or Maximum KLD, or Same top p (%)
+  case $1 in
+    mean) sed -nE 's/^Mean +KLD: +([0-9.e+-]+).*/\1/p' "$2" ;;
+    max) sed -nE 's/^Maximum KLD: +([0-9.e+-]+).*/\1/p' "$2" ;;
+    top) sed -nE 's/^Same top p: +([0-9.]+).*/\1/p' "$2" ;;
+  esac | tail -n 1
+}
+perplexity_arm() { # LOG MODEL TEXT UBATCH BASE IMPORT(0|1) [--kl-divergence]
+  local log=$1 model=$2 text=$3 ub=$4 base=$5 import=$6; shift 6
+  env LLAMA_WEIGHTMAP_IMPORT="$import" "$bin/llama-perplexity" -m "$model" -f "$text" -c 128 -b 128 -ub "$ub" \
+    --chunks 4 -t 2 -ngl 99 -v --kl-divergence-base "$base" "$@" > "$log.out" 2> "$log.err" < /dev/null
+}
+check_correctness() { # MODEL QUANTIZED_MODEL
+  local text=$out/src/README.md ub name log base mean max top pass
+  for ub in 128 32; do
+    name=kld-ub$ub log=$out/run/$name base=$out/run/$name.base
+    perplexity_arm "$log.copy" "$1" "$text" "$ub" "$base" 0 || fail "$name: the copy arm's llama-perplexity failed; see $log.copy.err"
+    perplexity_arm "$log.import" "$1" "$text" "$ub" "$base" 1 --kl-divergence ||
+      fail "$name: the import arm's llama-perplexity failed; see $log.import.err"
+    mean=$(kld_field mean "$log.import.out") max=$(kld_field max "$log.import.out") top=$(kld_field top "$log.import.out")
+    pass=no
+    awk -v m="${mean:-1}" -v t="${top:-0}" 'BEGIN { exit !(m <= 1e-6 && t >= 100) }' && grep -q 'weightmap: device' "$log.import.err" && pass=yes
+    summaries+=("llama.cpp correctness case=$name model=$(basename "$1") kld_mean=${mean:-nan} kld_max=${max:-nan} same_top_p=${top:-nan} pass=$pass")
+    [[ $pass == yes ]] || fail "$name: the import arm's logits differ from the copy arm's (mean KLD ${mean:-?}, same top ${top:-?} %)"
+  done
+  # the control: logits that really differ (another model's, same vocabulary) fail the same test
+  log=$out/run/kld-control
+  perplexity_arm "$log" "$2" "$text" 128 "$out/run/kld-ub128.base" 1 --kl-divergence || true
+  mean=$(kld_field mean "$log.out")
+  if awk -v m="${mean:-0}" 'BEGIN { exit !(m <= 1e-6) }'; then
+    fail "the correctness gate passed logits that differ (another model's: mean KLD ${mean:-?}); see $log.out"
+  fi
+  echo "correctness gate control: another model against these logits, mean KLD ${mean:-?} (must fail the gate)"
 }
 
 # -fit's trials import nothing: over a whole -fit load (its trials and the real load) the process
@@ -723,7 +768,7 @@ glue_run() { # NAME ENV... -- ARGS...: one run, its summary lines kept; the line
   echo "$lines"
 }
 run_device_glue() {
-  local exe=$out/device_glue_check dir=$out/models/real-headers line name vocab model cuda hsa refuse lines
+  local exe=$out/device_glue_check dir=$out/models/real-headers line name vocab model cuda hsa refuse lines m
   build_device_glue_check "$exe" || { fail "device_glue_check.cpp does not build"; return; }
   cuda=$libwm_build/tests/cuda/libfake_cuda_driver.so hsa=$libwm_build/tests/hsa/libfake_hsa_runtime.so
   mkdir -p "$dir"

@@ -113,7 +113,7 @@ copy_out "$out/stock"
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=ON -DGGML_VULKAN_TESTING=ON" "llama-completion llama-bench"
 copy_out "$out/testing"
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=OFF -DGGML_VULKAN_TESTING=OFF" \
-  "llama-completion test-llama-archs llama-quantize llama-server ggml-rpc-server llama-gguf-split"
+  "llama-completion test-llama-archs llama-quantize llama-server ggml-rpc-server llama-gguf-split llama-perplexity"
 cat "$out/logs/build-times.log"
 # The library llama-completion runs with must be the one just installed
 ldd "$bin/llama-completion" | grep -q "$dest.*libweightmap" ||
@@ -188,6 +188,7 @@ check_truncated_after_planning "$m/llama-dense.gguf"
 check_reload "$m/llama-dense.gguf"
 check_bench_refit "$m/big/llama-dense.gguf"
 check_fit_pins_once "$m/big/llama-dense.gguf"
+check_correctness "$m/llama-dense.gguf" "$m/q4/llama-dense-q4_k_m.gguf"
 check_mlock_locks_imports "$m/llama-dense.gguf"
 phase stock-and-checks
 run_compile_check
