@@ -101,6 +101,13 @@ count_llama() {
       else pass = num("imported_fraction") >= 0.99 && num("wrapped_buffers") > 0
       if (pass) ok++; else bad++
     }
+    /^llama.cpp hip-copy / {
+      # copies out of a wrapped ggml-hip buffer return the file; upstream's copy of the agent address does not
+      if (/ case=upstream-/) pass = !/ result=ok /
+      else if (/ case=(wrap-without-host|past-the-end) /) pass = / result=refused( |$)/
+      else pass = / result=ok / && / bytes_equal=yes( |$)/
+      if (pass) ok++; else bad++
+    }
     /^llama.cpp cuda-real-header / { if (num("imported_fraction") >= 0.99 && num("device_mib") > 0) ok++; else bad++ }
     /^llama.cpp correctness / { if (/ pass=yes( |$)/ && num("kld_mean") >= 0 && num("kld_mean") <= 1e-6) ok++; else bad++ }
     /^llama.cpp pinned / { if (num("planned_mib") > 0 && num("pinned_mib_total") <= num("planned_mib") && num("fit_trials") > 0) ok++; else bad++ }

@@ -131,8 +131,9 @@ ggml_backend_buffer_type test_buft = {
     /* .context = */ nullptr,
 };
 
-// The stand-in for ggml_backend_cuda_buffer_from_ptr.
-ggml_backend_buffer_t test_wrap(ggml_backend_dev_t /*dev*/, void * ptr, size_t size) {
+// The stand-in for ggml_backend_cuda_buffer_from_ptr. The host address the glue passes must be
+// the mapping behind the device pointer: ggml-hip copies out of the buffer through it.
+ggml_backend_buffer_t test_wrap(ggml_backend_dev_t /*dev*/, void * ptr, const void * given_host, size_t size) {
     seen.wraps++;
     bool writable = false;
     const char * host = nullptr;
@@ -141,6 +142,8 @@ ggml_backend_buffer_t test_wrap(ggml_backend_dev_t /*dev*/, void * ptr, size_t s
         complain("a pointer to no shared mapping of the model file, nor its registered alias", ptr, size);
     } else if (!same_as_file(host, at, size)) {
         complain("bytes that differ from the file", ptr, size);
+    } else if (given_host != host) {
+        complain("a host address that is not the mapping behind the device pointer", ptr, size);
     }
     seen.writable += writable;
     ggml_backend_buffer_i iface = {};

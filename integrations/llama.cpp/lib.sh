@@ -796,12 +796,30 @@ run_device_glue() {
     summaries+=("${line:-llama.cpp hsa-glue case=$name imported_fraction=0 wrapped_buffers=0}")
     line=$(grep '^llama.cpp dirty ' <<< "$lines") && summaries+=("$line")
   done
+  run_hip_copy_check "$model" "$hsa"
   # the finite check can fail: NaN where a padded tensor's last row over-reads copies that tensor
   [[ -s $dir/poisoned.gguf ]] || "$exe" real-header "$out/src/models/ggml-vocab-llama-bpe.gguf" "$dir/poisoned.gguf" poison
   line=$(glue_run poisoned WEIGHTMAP_FAKE_CUDA_MODEL=gb10 -- cuda gb10 "$dir/poisoned.gguf" "$cuda" poisoned)
   grep -q "blk.0.ffn_down_exps.weight copied: the file's bytes after it, read as its padding, are not finite" \
     "$out/run/glue-poisoned.err" && awk -v l="$line" 'BEGIN { split(l, f, "imported_fraction="); exit !(f[2] > 0.5 && f[2] < 0.99) }' ||
     fail "the poisoned model's padded tensor was not copied alone: $line; see $out/run/glue-poisoned.err"
+}
+
+# hip_copy_check.cpp: the series' buffer-from-ptr.cu built for HIP against fake-hip/ (ROCclr's
+# copy semantics), on an import of the fake HSA runtime: one hip-copy line per copy ggml-cuda
+# makes out of a wrapped buffer, and upstream's copy of the agent address as a control that fails.
+run_hip_copy_check() { # MODEL FAKE_HSA_LIBRARY
+  local exe=$out/hip_copy_check src=$out/src/ggml/src/ggml-cuda/buffer-from-ptr.cu rc=0 line
+  if stale "$exe" "$here/hip_copy_check.cpp" || stale "$exe" "$here/fake-hip/fake_hip_runtime.cpp" || [[ $src -nt $exe ]]; then
+    # shellcheck disable=SC2046
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -DGGML_USE_HIP -I"$here/fake-hip" -I"$out/src/ggml/src" \
+      $(pkg-config --cflags weightmap) -x c++ "$src" -x none "$here/fake-hip/fake_hip_runtime.cpp" \
+      "$here/hip_copy_check.cpp" -o "$exe" $(pkg-config --libs weightmap) ||
+      { fail "hip_copy_check.cpp does not build"; return; }
+  fi
+  "$exe" "$1" "$2" > "$out/run/hip-copy.out" 2> "$out/run/hip-copy.err" || rc=$?
+  while read -r line; do summaries+=("$line"); done < <(grep '^llama.cpp hip-copy ' "$out/run/hip-copy.out")
+  ((rc == 0)) || fail "hip_copy_check: exit $rc; see $out/run/hip-copy.err"
 }
 
 # compile-check.sh: what the series adds to ggml-cuda, with Debian's nvcc 11.8 and hipcc 5.2.
