@@ -14,6 +14,9 @@
 # then a table of the raw medians (load s, pp t/s, tg t/s, peak RSS MiB per arm).
 #
 # Usage: scripts/device-llama-cuda.sh             on the GPU machine
+#        scripts/device-llama-cuda.sh --dry-run   here, no GPU: everything but the GPU calls, on the
+#          llama stage's builds (build-llama: run.sh first) and its small dense model, lavapipe
+#          in place of the GPU; FORCE_ZERO_IMPORT=1 must make it fail (the < 90 % gate)
 #        scripts/device-llama-cuda.sh --prepare   here, before: builds libweightmap's prefix and
 #          gathers llama.cpp's pinned source tarball into build-device/llama-carry (~40 MiB), the
 #          one path to carry to the machine
@@ -22,6 +25,7 @@
 #          pristine tree), DIR/weightmap-prefix (a `meson install --destdir`), DIR/vulkan optional;
 #          a run that builds leaves this layout in WORK/bins
 #        MODEL (default: generated), REPS (3), BUDGET_S (465: the run stops cleanly by then),
+#        FORCE_ZERO_IMPORT=1 (the import arm imports nothing: the run must fail, naming why),
 #        CUDA_FA=ON (compile ggml's CUDA FlashAttention kernels; OFF by default: its 84 sources
 #        compile to empty kernels, and -fa auto runs without them), JOBS (nproc),
 #        UPSTREAM=full (build the pristine tree with CUDA too; default: its libllama, common and llama-completion on the series' ggml libraries,
@@ -29,7 +33,9 @@
 #        (scratch: default build-device/llama-work), OUT (results: two files; default build-device)
 # The source: build-llama/src (fetch.sh's clone), else fetch.sh from its npm tarball cache
 #   (build-llama/cache, or build-device/llama-carry/cache); nothing is downloaded.
-# Exit:  (1 also when a forced import arm imports < 90 % of its device bytes.)
+# Exit:  (1 also when a forced import arm imports < 90 % of its device bytes, or when the
+#        correctness gate fails: llama-perplexity's KL divergence of the import arm's logits
+#        against the copy arm's, at -ub 128 and -ub 32, mean > 1e-6 or same top token < 99 %.)
 #        77 with one line when no GPU is usable (no nvidia-smi, nvidia-smi failing or listing no
 #        GPU, no /dev/nvidia0, no libcuda.so.1 whose cuInit succeeds) or when there is neither a
 #        PREBUILT tree nor nvcc (nor cmake and ninja to use it); 1 when a step fails, the budget
@@ -109,6 +115,22 @@ find_nvcc() {
   if command -v nvcc > /dev/null; then command -v nvcc
   elif [[ -x /usr/local/cuda/bin/nvcc ]]; then echo /usr/local/cuda/bin/nvcc
   else return 1; fi
+}
+# --dry-run: the llama stage's release, test and pristine builds in the PREBUILT layout
+dry_run_layout() {
+  local l=$root/build-llama d=$work/dry-bins
+  [[ -x $l/testing/llama-completion && -x $l/build/bin/test-llama-archs && -x $l/build/bin/llama-perplexity &&
+     -x $l/pristine/build/bin/llama-completion && -d $l/weightmap-prefix ]] ||
+    skip "dry run: no llama stage builds under $l (run integrations/llama.cpp/run.sh first)"
+  rm -rf "$d" && mkdir -p "$d/testing" "$d/upstream"
+  cp -a "$l/testing/." "$d/testing/"
+  cp -a "$l/build/bin/test-llama-archs" "$l/build/bin/llama-perplexity" "$d/testing/"
+  cp -an "$l/build/bin/"lib*.so* "$d/testing/" # the test build's own libraries win
+  cp -a "$l/pristine/build/bin/llama-completion" "$l/pristine/build/bin/"lib*.so* "$d/upstream/"
+  cp -a "$l/weightmap-prefix" "$d/weightmap-prefix"
+  PREBUILT=$d MODEL=${MODEL:-$l/models/llama-dense.gguf}
+  dry_env=(GGML_VK_VISIBLE_DEVICES=0 "MESA_SHADER_CACHE_DIR=$l/mesa-shader-cache")
+  say "dry run: no GPU; lavapipe in its place, the llama stage's builds ($l)"
 }
 choose_binaries() {
   if [[ -n ${PREBUILT:-} ]]; then
@@ -311,8 +333,9 @@ make_model() {
 arm_dir() { case $1 in import | copy) echo "$bins/testing" ;; upstream) echo "$bins/upstream" ;; vk-*) echo "$bins/vulkan" ;; esac; }
 arm_env() { # ARM: its environment, one assignment a line
   echo "LD_LIBRARY_PATH=$(arm_dir "$1"):$wm_libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ((${#dry_env[@]} == 0)) || printf '%s\n' "${dry_env[@]}"
   case $1 in
-    import) echo LLAMA_WEIGHTMAP_TEST_ALLOW_DISCRETE=1 ;;
+    import) echo LLAMA_WEIGHTMAP_TEST_ALLOW_DISCRETE=1; [[ ${FORCE_ZERO_IMPORT:-0} != 1 ]] || echo LLAMA_WEIGHTMAP_IMPORT=0 ;;
     copy) echo LLAMA_WEIGHTMAP_IMPORT=0 ;;
     vk-import) printf '%s\n' GGML_VK_TEST_REPORT_IGPU=1 "${vk_env[@]}" ;;
     vk-copy) printf '%s\n' GGML_VK_TEST_REPORT_IGPU=1 LLAMA_WEIGHTMAP_IMPORT=0 "${vk_env[@]}" ;;
@@ -405,7 +428,8 @@ case_line() { # NAME BACKEND ARM COPY_ARM UPSTREAM_ARM(or -)
   say "llama.cpp device case=$1 backend=$2 tokens_identical=$same imported_fraction=$fraction tg_ratio_vs_copy=$tg load_ratio_vs_upstream=$load_up"
   [[ $same == yes ]] || { say "case $1: the arms' tokens differ"; status=1; }
   # an import arm that imported (almost) nothing would pass on tokens alone: it ran the copy
-  if [[ $3 == *import ]] && ! awk -v f="$fraction" 'BEGIN { exit !(f >= 0.90) }'; then
+  # (numeric: awk compares "nan" with 0.90 as strings, and "nan" >= "0.90")
+  if [[ $3 == *import ]] && ! awk -v f="$fraction" 'BEGIN { exit !(f ~ /^[0-9.]+$/ && f + 0 >= 0.90) }'; then
     say "case $1: the import arm imported $fraction of its device bytes (< 0.90): nothing was measured"; status=1
   fi
 }
@@ -454,6 +478,43 @@ cuda_runs() {
   case_line import-discrete cuda import copy upstream
   case_line copy cuda copy copy upstream
   table "${arms[@]}"
+}
+
+# ---- the correctness gate: the import arm's logits against the copy arm's --------------------------
+# llama-perplexity's KL divergence (as llama.cpp#28211 measured in-place reads), at two ubatch
+# sizes: wrong in-place reads (llama.cpp#26543's ~0.3 NMSE on gfx1151) fail it where equal tokens
+# on 32 greedy steps might not. One `llama.cpp correctness` line per size (run.sh's fields).
+perplexity_run() { # ARM LOG UBATCH BASE [FLAGS...]
+  local arm=$1 log=$2 ub=$3 base=$4; shift 4
+  local -a envs
+  mapfile -t envs < <(arm_env "$arm")
+  limited 180 env "${envs[@]}" "$bins/testing/llama-perplexity" -m "$model" -f "$gate_text" -c 128 -b 128 -ub "$ub" \
+    --chunks 4 -ngl 99 -v --kl-divergence-base "$base" "$@" > "$log.out" 2> "$log.err" < /dev/null
+}
+correctness_gate() {
+  local ub log mean max top pass
+  [[ -x $bins/testing/llama-perplexity ]] || { say "correctness: not run: no llama-perplexity in $bins/testing"; status=1; return; }
+  gate_text=$root/README.md
+  for ub in 128 32; do
+    log=$work/logs/run/kld-ub$ub
+    perplexity_run copy "$log.copy" "$ub" "$log.base" || { say "correctness: the copy arm's llama-perplexity failed: $log.copy.err"; status=1; continue; }
+    perplexity_run import "$log.import" "$ub" "$log.base" --kl-divergence ||
+      { say "correctness: the import arm's llama-perplexity failed: $log.import.err"; status=1; continue; }
+    mean=$(kld_field mean "$log.import.out") max=$(kld_field max "$log.import.out") top=$(kld_field top "$log.import.out")
+    pass=no
+    # logits equal to the copy's prove nothing when the import arm imported nothing
+    awk -v m="${mean:-1}" -v t="${top:-0}" -v i="$(wm_field imported "$log.import.err")" \
+      'BEGIN { exit !(m ~ /^[0-9.e+-]+$/ && m + 0 <= 1e-6 && t + 0 >= 99 && i + 0 > 0) }' && pass=yes
+    say "llama.cpp correctness case=kld-ub$ub model=$(basename "$model") kld_mean=${mean:-nan} kld_max=${max:-nan} same_top_p=${top:-nan} pass=$pass"
+    if [[ $pass != yes ]]; then
+      status=1
+      if awk -v i="$(wm_field imported "$log.import.err")" 'BEGIN { exit !(i + 0 > 0) }'; then
+        say "correctness: the import arm's logits differ from the copy arm's at -ub $ub"
+      else
+        say "correctness: the import arm imported nothing at -ub $ub: equal logits prove nothing"
+      fi
+    fi
+  done
 }
 
 # ---- Vulkan, where NVIDIA's ICD and glslc are ----------------------------------------------------
@@ -510,9 +571,13 @@ bundle_needed_libs() { # PREFIX
 }
 
 main() {
+  local dry=no
   case ${1:-} in
     --pkg-config) shift; pkg_config_shim "$@"; exit ;;
     --prepare) prepare; exit ;;
+    --dry-run) dry=yes ;;
+    "") ;;
+    *) echo "usage: $0 [--dry-run | --prepare]" >&2; exit 1 ;;
   esac
   budget=${BUDGET_S:-465} deadline=$((SECONDS + ${BUDGET_S:-465})) reps=${REPS:-3}
   res=${OUT:-$root/build-device}
@@ -522,14 +587,14 @@ main() {
   summary=$res/device-llama-cuda.txt
   exec 3>&1
   : > "$summary"
-  status=0 child='' stage_name='' pkgconfig_arg=() vk_env=() bench_ran=no
+  status=0 child='' stage_name='' pkgconfig_arg=() vk_env=() dry_env=() bench_ran=no
   runs_reserve=$((90 + 25 * reps)) vk_reserve=0
   trap finish EXIT
   trap on_signal INT TERM
   # shellcheck source=integrations/llama.cpp/lib.sh
   source "$here/lib.sh" # wm_field, load_seconds, peak_mib: run.sh's parsers
   stage checks
-  check_gpu
+  if [[ $dry == yes ]]; then dry_run_layout; else check_gpu; fi
   choose_binaries
   libweightmap
   if [[ -z ${PREBUILT:-} ]]; then
@@ -540,6 +605,7 @@ main() {
   stage model; make_model
   vk_reserve=$( { vulkan_icd > /dev/null && command -v glslc > /dev/null; } && echo 240 || echo 0)
   stage cuda-runs; cuda_runs
+  stage correctness; correctness_gate
   stage vulkan; vulkan_stage
   stage end; stage_name=
   say "device-llama-cuda: exit $status after $SECONDS s; logs in $res/device-llama-logs.tar.gz"

@@ -102,7 +102,7 @@ count_llama() {
       if (pass) ok++; else bad++
     }
     /^llama.cpp hip-copy / {
-      # copies out of a wrapped ggml-hip buffer return the file; upstream's copy of the agent address does not
+      # copies out of a wrapped ggml-hip buffer return the file; the upstream copy of the agent address does not
       if (/ case=upstream-/) pass = !/ result=ok /
       else if (/ case=(wrap-without-host|past-the-end) /) pass = / result=refused( |$)/
       else pass = / result=ok / && / bytes_equal=yes( |$)/
@@ -110,7 +110,10 @@ count_llama() {
     }
     /^llama.cpp cuda-real-header / { if (num("imported_fraction") >= 0.99 && num("device_mib") > 0) ok++; else bad++ }
     /^llama.cpp correctness / { if (/ pass=yes( |$)/ && num("kld_mean") >= 0 && num("kld_mean") <= 1e-6) ok++; else bad++ }
+    /^llama.cpp pinned-control / { if (num("planned_mib") > 0 && num("pinned_mib_total") > num("planned_mib")) ok++; else bad++ }
     /^llama.cpp pinned / { if (num("planned_mib") > 0 && num("pinned_mib_total") <= num("planned_mib") && num("fit_trials") > 0) ok++; else bad++ }
+    /^llama.cpp device-dry-run / { if (/ forced_zero_import=no exit=0( |$)/ || / forced_zero_import=yes exit=1( |$)/) ok++; else bad++ }
+    /^llama.cpp dirty-control / { if (num("shared_dirty_kib") > 0 && / mtime_unchanged=no( |$)/) ok++; else bad++ }
     /^llama.cpp dirty / { if (num("shared_dirty_kib") == 0 && / mtime_unchanged=yes( |$)/) ok++; else bad++ }
     # the import arm is judged; copy and upstream are reported beside it (they do what upstream does)
     /^llama.cpp file-change arm=import / {

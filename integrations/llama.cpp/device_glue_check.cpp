@@ -190,6 +190,7 @@ F fake_fn(void * fake, const char * name) {
 struct totals {
     double imported_fraction = 0; // of every tensor's bytes, copied ones included
     uint64_t device_bytes = 0;
+    uint64_t planned_bytes = 0;   // the plan's imports (wm_plan_totals::pinned_bytes)
     size_t wrapped_live = 0;      // buffers wrapped while the placement lived
     uint64_t dirty_kib = 0;       // the model file's dirty pages while imported
 };
@@ -216,10 +217,11 @@ uint64_t dirty_kib() {
     return kib;
 }
 
-// Plans every tensor the glue would import onto the device and imports; the placement is
-// released before returning.
+// Plans every tensor the glue would import onto the device and, unless `trial`, imports; the
+// placement is released before returning. A trial is what 0018 makes of a -fit trial on the
+// device's side: an importer of its own and a plan, nothing executed.
 totals place(llama_weightmap_device_importer & importer, const std::vector<tensor_ref> & tensors, size_t file_size,
-        const wm_mapped_file & file) {
+        const wm_mapped_file & file, bool trial = false) {
     const char * path = "model";
     totals out;
     wm_model * model = nullptr;
@@ -241,8 +243,17 @@ totals place(llama_weightmap_device_importer & importer, const std::vector<tenso
     wm_plan * plan = nullptr;
     wm_placement * placement = nullptr;
     wm_importer * importers[] = { importer.handle() };
-    ok = ok && wm_plan_create(model, &options, &plan) == WM_OK &&
-        wm_execute(model, plan, &file, 1, importers, 1, nullptr, &placement) == WM_OK;
+    ok = ok && wm_plan_create(model, &options, &plan) == WM_OK;
+    wm_plan_totals planned = {};
+    planned.struct_size = sizeof(planned);
+    ok = ok && wm_plan_get_totals(plan, &planned) == WM_OK;
+    out.planned_bytes = planned.pinned_bytes;
+    if (ok && trial) {
+        wm_plan_destroy(plan);
+        wm_model_destroy(model);
+        return out;
+    }
+    ok = ok && wm_execute(model, plan, &file, 1, importers, 1, nullptr, &placement) == WM_OK;
     if (!ok) {
         fprintf(stderr, "device_glue_check: %s\n", wm_last_error());
         exit(2);
@@ -407,7 +418,19 @@ int main(int argc, char ** argv) {
         importer.release_first_page(first);
     }
     const wm_mapped_file whole = llama_weightmap_map_file(seen.fd, length, path);
+    // pinned from here on (the probe's one page is before): two -fit trials, then the load
+    const auto pinned_total = hsa ? fake_fn<uint64_t (*)()>(fake, "fake_hsa_locked_bytes_total")
+                                  : fake_fn<uint64_t (*)()>(fake, "fake_cuda_pinned_bytes_total");
+    const uint64_t pinned_before = pinned_total();
+    const int fit_trials = 2;
+    // the control: trials that execute their plan, as they did before 0018, pin once more each
+    const char * old_trials = getenv("DEVICE_GLUE_CHECK_TRIALS_IMPORT");
+    for (int i = 0; available && whole.base && i < fit_trials; i++) {
+        llama_weightmap_device_importer state(params);
+        place(state, tensors, (size_t) file_size, whole, old_trials == nullptr || strcmp(old_trials, "1") != 0);
+    }
     const totals t = available && whole.base ? place(importer, tensors, (size_t) file_size, whole) : totals{};
+    const uint64_t pinned = pinned_total() - pinned_before;
     if (whole.base != nullptr) {
         munmap(whole.base, whole.length);
     }
@@ -428,6 +451,10 @@ int main(int argc, char ** argv) {
     }
     if (header == nullptr) printf("llama.cpp dirty case=%s-%s importer=%s shared_dirty_kib=%llu mtime_unchanged=%s\n", argv[1], argv[2],
         hsa ? "hsa" : "cuda", (unsigned long long) t.dirty_kib, mtime_unchanged ? "yes" : "no");
+    // the fake's own count of what its lock / registration pinned (none populated-only here)
+    const bool pinning = hsa || strcmp(argv[2], "orin") == 0; // the importers that pin what they import
+    if (header == nullptr && pinning && t.planned_bytes > 0) printf("llama.cpp pinned model=%s planned_mib=%.2f pinned_mib_total=%.2f fit_trials=%d\n",
+        hsa ? "hsa" : argv[2], (double) t.planned_bytes / (1024.0 * 1024.0), (double) pinned / (1024.0 * 1024.0), fit_trials);
     fprintf(stderr, "device_glue_check: %s %s: %s\n", argv[1], argv[2], available ? "imports" : why.c_str());
     const long live = hsa ? fake_fn<long (*)()>(fake, "fake_hsa_live_locks")() : fake_fn<long (*)()>(fake, "fake_cuda_live_registrations")();
     if (seen.writable > 0) {

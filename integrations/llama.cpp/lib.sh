@@ -665,8 +665,10 @@ cached_mib() { fincore -b -n -o RES "$1" | awk '{ printf "%d", $1 / 1048576 }'; 
 # cached_mib_after majflt_after_exit").
 serve_arm() { # ARM MODEL PORT [FLAGS...]
   local arm=$1 model=$2 port=$3 log=$out/run/server.$1 p pids=() rss=0 pss=0 a m faults=0 cached
+  local mtime served=$SECONDS dirty=0
   shift 3
   rm -f "$log".*.tokens
+  mtime=$(stat -c %.9Y "$model")
   for p in 1 2 3; do
     start_server "$log.$p" $((port + p - 1)) "$arm" "$model" "$@" || break
     pids[p]=$server_pid
@@ -681,13 +683,45 @@ serve_arm() { # ARM MODEL PORT [FLAGS...]
     for p in 1 2 3; do read -r a m _ <<< "$(memory_of "${pids[p]}")"; rss=$((rss + a)) pss=$((pss + m)); done
     for p in 2 3; do faults=$((faults - $(memory_of "${pids[p]}" | cut -d' ' -f3))); done
     cached=$(cached_mib "$model")
+    dirty=$(model_dirty_kib "${pids[1]}" "$model")
     stop_server "${pids[1]}" "$log.1"
     unset 'pids[1]'
     for p in 2 3; do ask_server $((port + p - 1)) 1 >> "$log.$p.tokens"; done
     for p in 2 3; do faults=$((faults + $(memory_of "${pids[p]}" | cut -d' ' -f3))); done
     serve_all[$arm]="$((rss / 1024)) $((pss / 1024)) $cached $(cached_mib "$model") $faults"
   fi
+  for p in "${!pids[@]}"; do dirty=$((dirty + $(model_dirty_kib "${pids[p]}" "$model"))); done
+  served=$((SECONDS - served))
   for p in "${!pids[@]}"; do stop_server "${pids[p]}" "$log.$p"; done
+  [[ $arm == import ]] || return 0
+  summaries+=("llama.cpp dirty case=server-import importer=vulkan shared_dirty_kib=$dirty mtime_unchanged=$(
+    [[ $(stat -c %.9Y "$model") == "$mtime" ]] && echo yes || echo no) served_s=$served requests=$(cat "$log".*.tokens | wc -l)")
+}
+
+# Dirty KiB (Shared_Dirty + Private_Dirty) of PID's mappings of FILE: what writeback would write
+# to the model file, or a private copy of its pages. 0 for an importer that never writes them.
+model_dirty_kib() { # PID FILE
+  awk -v f="$(realpath "$2")" '/^[0-9a-f]+-[0-9a-f]+ / { in_file = ($NF == f) }
+    in_file && /^(Shared|Private)_Dirty:/ { kib += $2 } END { print kib + 0 }' "/proc/$1/smaps" 2> /dev/null || echo 0
+}
+# The control: a process that writes one byte of each page of a writable shared mapping of a copy
+# of FILE is seen dirty, and the copy's mtime moves.
+check_dirty_control() { # FILE
+  local copy=$out/run/dirty-control.gguf pid dirty mtime
+  cp "$1" "$copy" && touch -d '2020-01-01' "$copy" && mtime=$(stat -c %.9Y "$copy")
+  python3 -c 'import mmap, sys, time
+f = open(sys.argv[1], "r+b"); m = mmap.mmap(f.fileno(), 0)
+for i in range(0, len(m), mmap.PAGESIZE): m[i] = m[i]
+print("written", flush=True); time.sleep(30)' "$copy" > "$copy.out" &
+  pid=$!
+  for _ in $(seq 100); do grep -q written "$copy.out" 2> /dev/null && break; sleep 0.1; done
+  dirty=$(model_dirty_kib "$pid" "$copy")
+  kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+  summaries+=("llama.cpp dirty-control case=writable-writer shared_dirty_kib=$dirty mtime_unchanged=$(
+    [[ $(stat -c %.9Y "$copy") == "$mtime" ]] && echo yes || echo no)")
+  ((dirty > 0)) && [[ $(stat -c %.9Y "$copy") != "$mtime" ]] ||
+    fail "the dirty check's control: a writer of a shared mapping was not seen (dirty $dirty KiB); the check could not fail"
+  rm -f "$copy" "$copy.out"
 }
 
 # llama-server on MODEL in every arm: one server's load time and memory, three servers' sums, the
@@ -787,6 +821,7 @@ run_device_glue() {
     summaries+=("${line:-llama.cpp cuda-glue model=$name method=none imported_fraction=0 wrapped_buffers=0}")
     [[ $line == *" method=${glue_method[$name]} "* ]] || fail "cuda-glue $name: method is not ${glue_method[$name]}"
     line=$(grep '^llama.cpp dirty ' <<< "$lines") && summaries+=("$line")
+    line=$(grep '^llama.cpp pinned ' <<< "$lines") && summaries+=("$line")
   done
   for name in read-only refused; do
     refuse=0
@@ -795,7 +830,15 @@ run_device_glue() {
     line=$(grep '^llama.cpp hsa-glue ' <<< "$lines")
     summaries+=("${line:-llama.cpp hsa-glue case=$name imported_fraction=0 wrapped_buffers=0}")
     line=$(grep '^llama.cpp dirty ' <<< "$lines") && summaries+=("$line")
+    line=$(grep '^llama.cpp pinned ' <<< "$lines") && summaries+=("$line")
   done
+  # the pinned check can fail: trials that import, as before 0018, pin the plan once more each
+  line=$(glue_run orin-trials-import DEVICE_GLUE_CHECK_TRIALS_IMPORT=1 WEIGHTMAP_FAKE_CUDA_MODEL=orin -- cuda orin "$model" "$cuda" |
+    grep '^llama.cpp pinned ')
+  summaries+=("${line/llama.cpp pinned /llama.cpp pinned-control }")
+  awk -v l="$line" 'BEGIN { n = split(l, f, /[ =]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
+    exit !(v["planned_mib"] > 0 && v["pinned_mib_total"] > v["planned_mib"]) }' ||
+    fail "the pinned check's control (trials that import) pinned no more than planned: $line"
   run_hip_copy_check "$model" "$hsa"
   # the finite check can fail: NaN where a padded tensor's last row over-reads copies that tensor
   [[ -s $dir/poisoned.gguf ]] || "$exe" real-header "$out/src/models/ggml-vocab-llama-bpe.gguf" "$dir/poisoned.gguf" poison

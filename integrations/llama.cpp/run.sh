@@ -197,6 +197,7 @@ phase device-glue
 run_split_sync "$m"
 phase split-sync
 run_servers "$m/big/llama-dense.gguf"
+check_dirty_control "$m/llama-dense.gguf"
 phase servers
 run_file_changes
 phase file-change
@@ -212,6 +213,18 @@ for cache in warm cold; do
 done
 
 phase bench
+
+# --- the device script's dry run: its whole flow on these builds, lavapipe for the GPU; with the
+# import forced to nothing it must fail (the < 90 % gate, the correctness gate's import check)
+for forced in 0 1; do
+  rc=0
+  FORCE_ZERO_IMPORT=$forced WORK=$out/run/device-dry OUT=$out/run/device-dry REPS=1 \
+    bash "$root/scripts/device-llama-cuda.sh" --dry-run > "$out/logs/device-dry-$forced.log" 2>&1 || rc=$?
+  summaries+=("llama.cpp device-dry-run forced_zero_import=$( ((forced)) && echo yes || echo no) exit=$rc")
+  (( (forced == 0 && rc == 0) || (forced == 1 && rc == 1) )) ||
+    fail "device-llama-cuda.sh --dry-run (FORCE_ZERO_IMPORT=$forced) exited $rc; see $out/logs/device-dry-$forced.log"
+done
+phase device-dry-run
 echo
 cat "$out/logs/phase-times.log"
 echo

@@ -44,6 +44,8 @@ public:
         bind(calls_, "fake_cuda_calls");
         bind(live_registrations_, "fake_cuda_live_registrations");
         bind(live_registered_bytes_, "fake_cuda_live_registered_bytes");
+        bind(pinned_bytes_total_, "fake_cuda_pinned_bytes_total");
+        bind(populated_bytes_total_, "fake_cuda_populated_bytes_total");
         bind(registration_flags_, "fake_cuda_registration_flags");
         bind(last_register_flags_, "fake_cuda_last_register_flags");
         bind(live_allocations_, "fake_cuda_live_allocations");
@@ -104,6 +106,10 @@ public:
     }
     long live_registrations() const { return live_registrations_(); }
     std::uint64_t live_registered_bytes() const { return live_registered_bytes_(); }
+    /// Bytes registrations page-locked since reset, and bytes they only populated (a device
+    /// that reads pageable memory through the host's page tables: cuMemHostRegister's reference).
+    std::uint64_t pinned_bytes_total() const { return pinned_bytes_total_(); }
+    std::uint64_t populated_bytes_total() const { return populated_bytes_total_(); }
     /// Flags of the live registration that is exactly [host, host + size); -1: none is.
     long registration_flags(const void* host, std::uint64_t size) const {
         return registration_flags_(host, size);
@@ -180,6 +186,8 @@ private:
     long (*calls_)(const char*) = nullptr;
     long (*live_registrations_)() = nullptr;
     std::uint64_t (*live_registered_bytes_)() = nullptr;
+    std::uint64_t (*pinned_bytes_total_)() = nullptr;
+    std::uint64_t (*populated_bytes_total_)() = nullptr;
     long (*registration_flags_)(const void*, std::uint64_t) = nullptr;
     long (*last_register_flags_)() = nullptr;
     long (*live_allocations_)() = nullptr;

@@ -179,6 +179,7 @@ struct State {
     std::array<long, entry_names.size()> calls{};
     long last_register_flags = -1;
     std::uint64_t htod_bytes = 0, dtoh_bytes = 0, dtod_bytes = 0;
+    std::uint64_t pinned_bytes = 0, populated_bytes = 0; // by cuMemHostRegister, since reset
     // the driver's own state; fake_cuda_reset only forgets cuInit
     bool initialized = false;
     std::array<CUctx_st, max_devices> contexts{};
@@ -641,6 +642,22 @@ CUresult check_register(const State& s, std::uintptr_t host, std::size_t size, u
     return CUDA_SUCCESS;
 }
 
+// The reference (cuMemHostRegister): "On systems where
+// CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES is true, cuMemHostRegister
+// will not page-lock the memory range specified by ptr but only populate unpopulated pages."
+// The fake reads one byte of each page either way (the pages are faulted in) and counts the
+// bytes as pinned or as populated.
+void populate_or_pin(State& s, std::uintptr_t host, std::size_t size) {
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (std::uintptr_t at = host; at < host + size; at += page)
+        (void) *reinterpret_cast<const volatile unsigned char*>(at);
+    const CUdevice device = current_live()->device;
+    if (attribute(s, device, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES) != 0)
+        s.populated_bytes += size;
+    else
+        s.pinned_bytes += size;
+}
+
 bool overlaps_registration(const State& s, std::uintptr_t host, std::size_t size) {
     for (const Registration& r : s.registrations)
         if (r.host < host + size && host < r.host + r.size) return true;
@@ -663,6 +680,7 @@ CUresult cuMemHostRegister_v2(void* p, std::size_t size, unsigned int flags) {
     if (overlaps_registration(s, host, size)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     if (injected != CUDA_SUCCESS) return injected;
     s.registrations.push_back({host, size, flags, current_live()->device});
+    populate_or_pin(s, host, size);
     return CUDA_SUCCESS;
 }
 
@@ -855,6 +873,7 @@ void fake_cuda_reset() {
     s.calls.fill(0);
     s.last_register_flags = -1;
     s.htod_bytes = s.dtoh_bytes = s.dtod_bytes = 0;
+    s.pinned_bytes = s.populated_bytes = 0;
     s.initialized = false;
 }
 
@@ -962,6 +981,17 @@ std::uint64_t fake_cuda_live_allocated_bytes() {
 }
 
 /// Bytes copied by successful cuMemcpyHtoD_v2 calls since reset.
+/// Bytes cuMemHostRegister page-locked since reset (a device without
+/// PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES), and bytes it only populated (one with it).
+std::uint64_t fake_cuda_pinned_bytes_total() {
+    Guard guard(state().mutex);
+    return state().pinned_bytes;
+}
+std::uint64_t fake_cuda_populated_bytes_total() {
+    Guard guard(state().mutex);
+    return state().populated_bytes;
+}
+
 std::uint64_t fake_cuda_htod_bytes() {
     Guard guard(state().mutex);
     return state().htod_bytes;

@@ -488,6 +488,22 @@ TEST_CASE("the models answer registration as their sources report", "[cuda]") {
     check_nothing_live(fake);
 }
 
+TEST_CASE("cuMemHostRegister pins, except where the device uses the host's page tables: there "
+          "it only populates", "[cuda]") {
+    FakeCuda& fake = initialised();
+    const Api& cu = fake.api();
+    Pages pages(3);
+    three_devices(fake, Model::orin, Model::gh200, Model::h200);
+    for (CUdevice device : {0, 1}) {
+        CurrentContext context(fake, device);
+        REQUIRE(cu.mem_host_register(pages.at(device), page, 0) == CUDA_SUCCESS);
+        CHECK(cu.mem_host_unregister(pages.at(device)) == CUDA_SUCCESS);
+    }
+    CHECK(fake.pinned_bytes_total() == page);    // Orin's
+    CHECK(fake.populated_bytes_total() == page); // GH200's (HPT 1)
+    check_nothing_live(fake);
+}
+
 TEST_CASE("cuMemHostRegister refuses any overlap with a live registration", "[cuda]") {
     FakeCuda& fake = initialised();
     const Api& cu = fake.api();

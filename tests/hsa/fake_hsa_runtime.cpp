@@ -89,6 +89,7 @@ struct State {
     std::vector<std::uint64_t> last_lock_agents;
     std::vector<LiveLock> locks;
     std::vector<LockRecord> records; // since the last reset
+    std::uint64_t locked_bytes = 0; // by successful locks, since the last reset
 };
 
 // Never destroyed: report_leaks() runs after the exit handlers that destroy statics.
@@ -309,6 +310,7 @@ hsa_status_t HSA_API hsa_amd_memory_lock(void* host_ptr, size_t size, hsa_agent_
         return s.fail_lock_status;
     if (range_writable(host, host + size)) write_fault(host, pages, page);
     s.locks.push_back({host, size});
+    s.locked_bytes += size;
     *agent_ptr = reinterpret_cast<void*>(host + agent_aperture);
     return HSA_STATUS_SUCCESS;
 }
@@ -348,6 +350,7 @@ void fake_hsa_reset() {
     s.lock_calls = s.lock_calls_since_fail_set = s.unlock_calls = 0;
     s.last_lock_agents.clear();
     s.records.clear();
+    s.locked_bytes = 0;
 }
 
 /// 1: refuse (HSA_STATUS_ERROR) a lock of pages without 'w' in /proc/self/maps, as a runtime
@@ -414,6 +417,12 @@ void fake_hsa_set_fail_lock_at(long n, int status) {
     state().fail_lock_at = n;
     state().fail_lock_status = static_cast<hsa_status_t>(status);
     state().lock_calls_since_fail_set = 0;
+}
+
+/// Bytes locked (pinned: KFD's userptr BOs pin their pages) by successful locks since reset.
+std::uint64_t fake_hsa_locked_bytes_total() {
+    std::lock_guard<std::mutex> guard(state().mutex);
+    return state().locked_bytes;
 }
 
 long fake_hsa_live_locks() {
