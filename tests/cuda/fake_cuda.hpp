@@ -129,7 +129,7 @@ public:
     void forgive_misuse() { forgive_misuse_(); }
     std::uint64_t mapped_aperture() const { return mapped_aperture_(); }
     std::uint64_t alloc_base() const { return alloc_base_(); }
-    std::uint64_t device_memory() const { return device_memory_(); }
+    std::uint64_t device_memory(int device) const { return device_memory_(device); }
 
     /// The fake's export `name` as an Fn; null when it has none by that name.
     template <class Fn>
@@ -201,7 +201,7 @@ private:
     void (*forgive_misuse_)() = nullptr;
     std::uint64_t (*mapped_aperture_)() = nullptr;
     std::uint64_t (*alloc_base_)() = nullptr;
-    std::uint64_t (*device_memory_)() = nullptr;
+    std::uint64_t (*device_memory_)(int) = nullptr;
 };
 
 } // namespace wm::test

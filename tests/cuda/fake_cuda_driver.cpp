@@ -56,9 +56,7 @@ constexpr CUdeviceptr alloc_base = CUdeviceptr{1} << 59;
 // cuMemAlloc rounds to this; the reference only promises "suitably aligned for any kind of
 // variable", 512 is the fake's choice.
 constexpr CUdeviceptr alloc_alignment = 512;
-// Each device's memory: cuMemAlloc past it is CUDA_ERROR_OUT_OF_MEMORY before any calloc, so a
-// test can reach that result without a host allocation the sanitizers refuse.
-constexpr std::uint64_t device_memory = std::uint64_t{16} << 30;
+constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
 constexpr unsigned register_flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
 
@@ -112,33 +110,38 @@ int attribute_index(CUdevice_attribute attribute) {
 // Attribute order: INTEGRATED, CAN_MAP_HOST_MEMORY, UNIFIED_ADDRESSING, PAGEABLE_MEMORY_ACCESS,
 // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, HOST_REGISTER_SUPPORTED,
 // PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, READ_ONLY_HOST_REGISTER_SUPPORTED.
+// `memory`: what cuMemAlloc can hand out on it, past which it is CUDA_ERROR_OUT_OF_MEMORY before
+// any calloc (so a test reaches that result without a host allocation the sanitizers refuse):
+// the HBM of a card or of GH200 (whose 480 GB of LPDDR5X are the host's), the one pool an
+// integrated device shares with the host (datasheets).
 struct Model {
     const char* key; // WEIGHTMAP_FAKE_CUDA_MODEL
     const char* name;
     Attributes values;
     CUresult register_result;
+    std::uint64_t memory;
 };
 constexpr Model models[] = {
     // 0 Jetson AGX Orin: integrated, I/O coherent since Xavier (host registration works:
     // open-mpi#9851, CUDA for Tegra); no ATS (llmfit#792); READ_ONLY 1 (a)
-    {"orin", "Orin", {1, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS},
+    {"orin", "Orin", {1, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS, 64 * GiB},
     // 1 GH200: hardware coherent, pageable memory through the host's page tables (programming
     // guide, unified memory); registration only populates pages there (Driver API); READ_ONLY 1 (a)
-    {"gh200", "NVIDIA GH200 480GB", {0, 1, 1, 1, 1, 1, 1, 1}, CUDA_SUCCESS},
+    {"gh200", "NVIDIA GH200 480GB", {0, 1, 1, 1, 1, 1, 1, 1}, CUDA_SUCCESS, 96 * GiB}, // HBM3
     // 2 H200 on PCIe: discrete, registration works (vllm#51080, H200 NVL); no HMM (a: needs the
     // open kernel modules and kernel >= 6.1.24); READ_ONLY 1 (a)
-    {"h200", "NVIDIA H200", {0, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS},
+    {"h200", "NVIDIA H200", {0, 1, 1, 0, 1, 1, 0, 1}, CUDA_SUCCESS, 141 * GiB},
     // 3 GB10 (DGX Spark): integrated (daqiri#43), USES_HOST_PAGE_TABLES 1 and kernels read a file
     // mapping (sglang#37068); cuMemHostRegister refused 801 (ds4#158); HOST_REGISTER_SUPPORTED 1
     // and READ_ONLY 0 (a)
-    {"gb10", "NVIDIA GB10", {1, 1, 1, 1, 1, 1, 1, 0}, CUDA_ERROR_NOT_SUPPORTED},
+    {"gb10", "NVIDIA GB10", {1, 1, 1, 1, 1, 1, 1, 0}, CUDA_ERROR_NOT_SUPPORTED, 128 * GiB},
     // 4 B300: HOST_REGISTER_SUPPORTED 1, USES_HOST_PAGE_TABLES 0, READ_ONLY 0; read-only mmap +
     // READ_ONLY 801, without it INVALID_VALUE, writable mapping registers (vllm-omni#6240);
     // PAGEABLE_MEMORY_ACCESS 0 (a)
-    {"b300", "NVIDIA B300", {0, 1, 1, 0, 1, 1, 0, 0}, CUDA_SUCCESS},
+    {"b300", "NVIDIA B300", {0, 1, 1, 0, 1, 1, 0, 0}, CUDA_SUCCESS, 288 * GiB},
     // 5 Jetson Nano / TX1: HOST_REGISTER_SUPPORTED 0 (open-mpi#9851), registration 801
     // (CUDAdrv.jl#142; TX2: pycuda#229); no pageable access (a)
-    {"tegra-x1", "NVIDIA Tegra X1", {1, 1, 1, 0, 0, 0, 0, 0}, CUDA_ERROR_NOT_SUPPORTED},
+    {"tegra-x1", "NVIDIA Tegra X1", {1, 1, 1, 0, 0, 0, 0, 0}, CUDA_ERROR_NOT_SUPPORTED, 4 * GiB},
 };
 constexpr int model_count = static_cast<int>(std::size(models));
 
@@ -737,7 +740,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr* device_pointer, std::size_t size) {
     if (CUresult r = need_context(s); r != CUDA_SUCCESS) return r;
     if (device_pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     const CUdevice device = current_live()->device;
-    if (size > device_memory - allocated_on(s, device)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const std::uint64_t memory = models[s.devices[static_cast<std::size_t>(device)].model].memory;
+    if (size > memory - allocated_on(s, device)) return CUDA_ERROR_OUT_OF_MEMORY;
     if (injected != CUDA_SUCCESS) return injected;
     void* backing = std::calloc(1, size);
     if (backing == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1044,9 +1048,12 @@ std::uint64_t fake_cuda_alloc_base() {
     return alloc_base;
 }
 
-/// Bytes each device can allocate.
-std::uint64_t fake_cuda_device_memory() {
-    return device_memory;
+/// Bytes device `device` can allocate (its model's memory: HBM, or the pool it shares).
+std::uint64_t fake_cuda_device_memory(int device) {
+    State& s = state();
+    Guard guard(s.mutex);
+    if (device < 0 || device >= s.device_count) return 0;
+    return models[s.devices[static_cast<std::size_t>(device)].model].memory;
 }
 
 } // extern "C"

@@ -504,6 +504,21 @@ TEST_CASE("cuMemHostRegister pins, except where the device uses the host's page 
     check_nothing_live(fake);
 }
 
+TEST_CASE("each model allocates up to its own memory: GH200 its 96 GiB of HBM", "[cuda]") {
+    FakeCuda& fake = initialised();
+    const Api& cu = fake.api();
+    three_devices(fake, Model::gh200, Model::gb10, Model::h200);
+    CHECK(fake.device_memory(0) == (std::uint64_t{96} << 30));
+    CHECK(fake.device_memory(1) == (std::uint64_t{128} << 30));
+    CHECK(fake.device_memory(3) == 0);
+    {
+        CurrentContext context(fake, 0);
+        CUdeviceptr p = 0;
+        CHECK(cu.mem_alloc(&p, (std::size_t{96} << 30) + 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    check_nothing_live(fake);
+}
+
 TEST_CASE("cuMemHostRegister refuses any overlap with a live registration", "[cuda]") {
     FakeCuda& fake = initialised();
     const Api& cu = fake.api();
@@ -607,7 +622,7 @@ TEST_CASE("device allocations are zeroed, aligned and in a range of their own", 
         std::vector<unsigned char> bytes(1000, 0xff);
         REQUIRE(cu.memcpy_dtoh(bytes.data(), b, bytes.size()) == CUDA_SUCCESS);
         CHECK(bytes == std::vector<unsigned char>(1000, 0));
-        CHECK(cu.mem_alloc(&a, fake.device_memory()) == CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK(cu.mem_alloc(&a, fake.device_memory(0)) == CUDA_ERROR_OUT_OF_MEMORY);
         CHECK(cu.mem_free(b + 512) == CUDA_ERROR_INVALID_VALUE); // not a base: misuse
         CHECK(fake.misuse_count() == 1);
         CHECK(cu.mem_free(a) == CUDA_SUCCESS);
