@@ -18,8 +18,8 @@
 #          llama stage's builds (build-llama: run.sh first) and its small dense model, lavapipe
 #          in place of the GPU; FORCE_ZERO_IMPORT=1 must make it fail (the < 90 % gate)
 #        scripts/device-llama-cuda.sh --prepare   here, before: builds libweightmap's prefix and
-#          gathers llama.cpp's pinned source tarball into build-device/llama-carry (~40 MiB), the
-#          one path to carry to the machine
+#          writes llama.cpp's trees into build-device/llama-carry (~13 MiB: no git needed there),
+#          the one path to carry to the machine
 # Env:   PREBUILT=DIR  binaries instead of building: DIR/testing (llama-completion,
 #          test-llama-archs, llama-bench optional, their lib*.so*), DIR/upstream (the same for the
 #          pristine tree), DIR/weightmap-prefix (a `meson install --destdir`), DIR/vulkan optional;
@@ -31,8 +31,9 @@
 #        UPSTREAM=full (build the pristine tree with CUDA too; default: its libllama, common and llama-completion on the series' ggml libraries,
 #        which the series changes only by additions: one CUDA build instead of two), WORK
 #        (scratch: default build-device/llama-work), OUT (results: two files; default build-device)
-# The source: build-llama/src (fetch.sh's clone), else fetch.sh from its npm tarball cache
-#   (build-llama/cache, or build-device/llama-carry/cache); nothing is downloaded.
+# The source: the carried trees (--prepare) where build-llama/src or git is missing, else
+#   build-llama/src (fetch.sh's clone), else fetch.sh from its npm tarball cache; nothing is
+#   downloaded.
 # Exit:  (1 also when a forced import arm imports < 90 % of its device bytes, or when the
 #        correctness gate fails: llama-perplexity's KL divergence of the import arm's logits
 #        against the copy arm's, at -ub 128 and -ub 32, mean > 1e-6 or same top token < 99 %.)
@@ -141,8 +142,9 @@ choose_binaries() {
     return
   fi
   nvcc=$(find_nvcc) || skip "neither PREBUILT=DIR nor nvcc (PATH, /usr/local/cuda/bin): nothing to run"
-  local tool
-  for tool in cmake ninja git; do command -v "$tool" > /dev/null || skip "nvcc but no $tool to build with"; done
+  local tool tools=(cmake ninja)
+  [[ -s $carry/llama-src.tar.gz ]] || tools+=(git) # the carried trees need no git (--prepare)
+  for tool in "${tools[@]}"; do command -v "$tool" > /dev/null || skip "nvcc but no $tool to build with"; done
   bins=$work/bins
   say "binaries: built here with $nvcc ($("$nvcc" --version | grep -m1 -o 'release [0-9.]*, V[0-9.]*')), cmake $(cmake --version | head -n 1 | awk '{print $3}')"
 }
@@ -229,6 +231,10 @@ pkg_config_shim() { # what FindPkgConfig asks: --version, --exists, --modversion
 # ---- llama.cpp's source: the series (fetch.sh's clone), the pristine tree a worktree of it ------------------------
 llama_source() {
   local src=$root/build-llama/src
+  if [[ ! -d $src/.git || -z $(command -v git) ]] && [[ -s $carry/llama-src.tar.gz ]]; then
+    carried_source
+    return
+  fi
   if [[ ! -d $src/.git ]]; then
     src=$work/src
     if [[ ! -s $root/build-llama/$tgz_rel && -s $carry/$tgz_rel ]]; then
@@ -246,6 +252,30 @@ llama_source() {
   series_tree=$src # built out of tree, never changed
   worktree "$src" "$work/pristine" "$pristine"
   say "llama.cpp: series $series ($n_patches patches), pristine $pristine (0001-0004), from $src"
+}
+# The trees --prepare carried, without git: the series' tree, and the pristine one made from it
+# by the pristine versions of the files the series changes, without the files it adds.
+carried_source() {
+  local f
+  series_tree=$work/src
+  rm -rf "$series_tree" "$work/pristine" && mkdir -p "$series_tree"
+  tar -xzf "$carry/llama-src.tar.gz" -C "$series_tree" || die "cannot extract $carry/llama-src.tar.gz"
+  cp -a "$series_tree" "$work/pristine"
+  tar -xzf "$carry/llama-pristine-overlay.tar.gz" -C "$work/pristine" || die "cannot extract the pristine overlay"
+  while IFS= read -r f; do rm -f "$work/pristine/$f"; done < "$carry/llama-series-added.txt"
+  say "llama.cpp: carried trees, no git: $(cat "$carry/llama-commits.txt")"
+}
+# --prepare: what carried_source needs, from fetch.sh's clone: ~12 MiB without the vocab models
+carry_source() { # SRC
+  local pristine n_patches
+  n_patches=$(find "$here/patches" -name '*.patch' | wc -l)
+  pristine=$(git -C "$1" rev-parse "HEAD~$((n_patches - 4))")
+  git -C "$1" archive --format=tar HEAD -- . ':!models/*.gguf' ':!docs' | gzip -6 > "$carry/llama-src.tar.gz"
+  git -C "$1" diff --name-only --diff-filter=MD "$pristine" HEAD > "$work/pristine-files.txt"
+  # shellcheck disable=SC2046 # one path a line, none with spaces in llama.cpp's tree
+  git -C "$1" archive --format=tar "$pristine" -- $(cat "$work/pristine-files.txt") | gzip -6 > "$carry/llama-pristine-overlay.tar.gz"
+  git -C "$1" diff --name-only --diff-filter=A "$pristine" HEAD > "$carry/llama-series-added.txt"
+  echo "series $(git -C "$1" rev-parse HEAD) ($n_patches patches), pristine $pristine (0001-0004)" > "$carry/llama-commits.txt"
 }
 worktree() { # SRC DIR COMMIT
   [[ $(git -C "$2" rev-parse HEAD 2> /dev/null) != "$3" ]] || return 0
@@ -555,10 +585,10 @@ prepare() {
   build_libweightmap "$root/build-device/libwm" "$carry/weightmap-prefix" > "$work/logs/libweightmap.log" 2>&1 ||
     { tail -n 20 "$work/logs/libweightmap.log"; exit 1; }
   bundle_needed_libs "$carry/weightmap-prefix"
-  if [[ ! -s $root/build-llama/$tgz_rel ]]; then bash "$here/fetch.sh" "$work/src"; fi
-  mkdir -p "$(dirname "$carry/$tgz_rel")"
-  cp "$root/build-llama/$tgz_rel" "$carry/$tgz_rel"
-  echo "carry: build-device/llama-carry ($(du -sm "$carry" | cut -f1) MiB): libweightmap's prefix and llama.cpp's source tarball"
+  bash "$here/fetch.sh" "$work/src" > "$work/logs/fetch.log" 2>&1 || { tail -n 20 "$work/logs/fetch.log"; exit 1; }
+  carry_source "$work/src"
+  rm -rf "$carry/cache" # the npm tarball: the carried trees replace it, and need no git there
+  echo "carry: build-device/llama-carry ($(du -sm "$carry" | cut -f1) MiB): libweightmap's prefix and llama.cpp's trees (no git needed there)"
 }
 # the shared libraries libweightmap.so needs that a bare CUDA image lacks (fmt), beside it
 bundle_needed_libs() { # PREFIX
