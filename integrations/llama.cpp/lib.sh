@@ -716,7 +716,7 @@ print("written", flush=True); time.sleep(30)' "$copy" > "$copy.out" &
   pid=$!
   for _ in $(seq 100); do grep -q written "$copy.out" 2> /dev/null && break; sleep 0.1; done
   dirty=$(model_dirty_kib "$pid" "$copy")
-  kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+  kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null || true
   summaries+=("llama.cpp dirty-control case=writable-writer shared_dirty_kib=$dirty mtime_unchanged=$(
     [[ $(stat -c %.9Y "$copy") == "$mtime" ]] && echo yes || echo no)")
   ((dirty > 0)) && [[ $(stat -c %.9Y "$copy") != "$mtime" ]] ||
