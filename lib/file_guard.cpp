@@ -16,7 +16,9 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -29,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include "internal/file_fingerprint.hpp"
 #include "internal/file_guard_access.hpp"
 #include "internal/nothrow.hpp"
 
@@ -40,6 +43,7 @@ const char* to_string(FileGuardEventKind kind) noexcept {
     case FileGuardEventKind::lease_broken_by_timeout: return "lease_broken_by_timeout";
     case FileGuardEventKind::changed: return "changed";
     case FileGuardEventKind::path_moved: return "path_moved";
+    case FileGuardEventKind::metadata_changed: return "metadata_changed";
     }
     return "?";
 }
@@ -123,6 +127,17 @@ void close_fd(int& fd) {
     fd = -1;
 }
 
+// /proc/sys/fs/lease-break-time, in ns: how long the kernel waits for release() before it drops
+// a breaking lease itself (45 s by default; the documented default where it cannot be read).
+std::int64_t lease_break_time_ns() {
+    long seconds = 45;
+    if (FILE* f = std::fopen("/proc/sys/fs/lease-break-time", "re")) {
+        if (std::fscanf(f, "%ld", &seconds) != 1 || seconds < 0) seconds = 45;
+        std::fclose(f);
+    }
+    return static_cast<std::int64_t>(seconds) * 1000000000LL;
+}
+
 } // namespace
 
 // Hidden: a nested class takes the visibility of the exported FileGuard otherwise.
@@ -139,12 +154,15 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
         std::string reason;
         int lease_errno = 0;
         struct stat last{}; // the guard thread's only
+        internal::FileFingerprint fingerprint; // of the bytes at create
+        std::int64_t last_held_ns = 0;         // the last poll that saw the lease held
     };
 
     std::vector<File> files;
     FileGuardCallback on_event;
     LogCallback log;
     std::uint32_t period_ms = 20;
+    std::int64_t lease_break_ns = lease_break_time_ns();
     int inotify_fd = -1;
     int wake_fd = -1;  // written by stop() and publish()
     int event_fd = -1; // readable while `queue` is not empty
@@ -164,8 +182,9 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     std::deque<FileGuardEvent> queue;
 
     ~Impl();
-    Status open_files(const std::vector<GuardedFile>& given);
-    Status open_file(std::uint32_t i, const GuardedFile& given);
+    Status open_files(const std::vector<GuardedFile>& given, const std::vector<GuardedRegion>& regions);
+    Status open_file(std::uint32_t i, const GuardedFile& given,
+                     const std::vector<internal::FileFingerprint::Range>& ranges);
     Status take_lease(std::uint32_t i, pid_t tid);
     void drop_lease(File& f);
     Status release(std::uint32_t i);
@@ -177,6 +196,8 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     void wake();
     void read_inotify(std::vector<FileGuardEvent>& events);
     void classify(std::uint32_t i, std::uint32_t mask, std::vector<FileGuardEvent>& events);
+    bool bytes_as_created(const File& f);
+    void close_in_child() noexcept;
     void poll_leases(std::vector<FileGuardEvent>& events);
     void deliver(const std::vector<FileGuardEvent>& events);
     void call(const FileGuardEvent& event);
@@ -186,7 +207,57 @@ struct __attribute__((visibility("hidden"))) FileGuard::Impl {
     bool forked() const { return ::getpid() != creator; }
 };
 
+// --- fork(): the child closes its copies of every guard's descriptors ------------------------
+
+namespace {
+
+// Every live guard of the process, for the fork handler. Never destroyed: a guard may outlive
+// static destruction in a thread that exits late.
+struct LiveGuards {
+    std::mutex mutex;
+    std::vector<FileGuard::Impl*> guards;
+};
+LiveGuards& live_guards() {
+    static auto* live = new LiveGuards;
+    return *live;
+}
+
+// The lock is taken across fork(), so the child's copy of the list is consistent; in the child
+// only the forking thread exists, and it closes the descriptors without any other lock.
+void before_fork() { live_guards().mutex.lock(); }
+void after_fork_in_parent() { live_guards().mutex.unlock(); }
+void after_fork_in_child() {
+    for (FileGuard::Impl* g : live_guards().guards) g->close_in_child();
+    live_guards().mutex.unlock();
+}
+
+void remember_guard(FileGuard::Impl* g) {
+    static std::once_flag handlers;
+    std::call_once(handlers, [] { ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+    std::lock_guard lock(live_guards().mutex);
+    live_guards().guards.push_back(g);
+}
+
+void forget_guard(FileGuard::Impl* g) {
+    std::lock_guard lock(live_guards().mutex);
+    auto& all = live_guards().guards;
+    all.erase(std::remove(all.begin(), all.end(), g), all.end());
+}
+
+} // namespace
+
+// A child that kept its copies would hold the parent's open file descriptions, and with them the
+// leases, after the parent exited: a writer then waited for the child (issue 45). Closing a copy
+// never drops the parent's lease (a lease ends with the description's last close).
+void FileGuard::Impl::close_in_child() noexcept {
+    for (File& f : files) close_fd(f.fd);
+    close_fd(inotify_fd);
+    close_fd(wake_fd);
+    close_fd(event_fd);
+}
+
 FileGuard::Impl::~Impl() {
+    forget_guard(this);
     for (File& f : files) {
         drop_lease(f);
         close_fd(f.fd);
@@ -303,20 +374,32 @@ Status check_params(const FileGuardParams& params) {
                                       params.poll_period_ms));
     for (std::uint32_t i = 0; i < params.files.size(); ++i)
         if (auto checked = check_file(params.files[i], i); !checked) return checked;
+    for (std::size_t r = 0; r < params.regions.size(); ++r)
+        if (params.regions[r].file >= params.files.size())
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("FileGuard::create: params.regions[{}].file is {}; "
+                                          "there are {} files",
+                                          r, params.regions[r].file, params.files.size()));
     return check_distinct(params.files);
 }
 
 } // namespace
 
-Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given) {
+Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given,
+                                   const std::vector<GuardedRegion>& regions) {
+    remember_guard(this);
     inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     wake_fd = ::eventfd(0, EFD_CLOEXEC);
     event_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (inotify_fd < 0 || wake_fd < 0 || event_fd < 0)
         return make_error(ErrorKind::io, "FileGuard::create: inotify_init1/eventfd: " +
                                              errno_text(errno));
-    for (std::uint32_t i = 0; i < given.size(); ++i)
-        if (auto opened = open_file(i, given[i]); !opened) return opened;
+    for (std::uint32_t i = 0; i < given.size(); ++i) {
+        std::vector<internal::FileFingerprint::Range> ranges;
+        for (const GuardedRegion& r : regions)
+            if (r.file == i) ranges.push_back({r.offset, r.size});
+        if (auto opened = open_file(i, given[i], ranges); !opened) return opened;
+    }
     return {};
 }
 
@@ -325,7 +408,8 @@ Status FileGuard::Impl::open_files(const std::vector<GuardedFile>& given) {
 // number could have been reused since check_file. O_NONBLOCK: the open then neither hangs on a
 // FIFO nor waits out another process's write lease; the guard never reads from it. The watch
 // goes through the new descriptor too: the caller's path may already name another file.
-Status FileGuard::Impl::open_file(std::uint32_t i, const GuardedFile& given) {
+Status FileGuard::Impl::open_file(std::uint32_t i, const GuardedFile& given,
+                                  const std::vector<internal::FileFingerprint::Range>& ranges) {
     File& f = files.emplace_back(); // from here ~Impl closes what was opened
     f.path = given.path;
     f.caller_fd = given.fd;
@@ -346,6 +430,7 @@ Status FileGuard::Impl::open_file(std::uint32_t i, const GuardedFile& given) {
                                       "descriptor's (device {}, inode {})",
                                       where, theirs, f.last.st_dev, f.last.st_ino,
                                       caller.st_dev, caller.st_ino));
+    f.fingerprint = internal::FileFingerprint::take(f.fd, ranges);
     const std::string mine = fmt::format("/proc/self/fd/{}", f.fd);
     f.watch = ::inotify_add_watch(inotify_fd, mine.c_str(), watch_mask);
     if (f.watch < 0)
@@ -372,6 +457,7 @@ Status FileGuard::Impl::take_lease(std::uint32_t i, pid_t tid) {
         std::lock_guard lock(mutex);
         if (::fcntl(f.fd, F_SETLEASE, F_RDLCK) == 0) {
             f.lease = FileLeaseState::held;
+            f.last_held_ns = now_ns();
             return {};
         }
         const int e = errno;
@@ -477,22 +563,33 @@ void FileGuard::Impl::read_inotify(std::vector<FileGuardEvent>& events) {
     }
 }
 
-// IN_ATTRIB alone is also a chmod or a touch: only a new size or mtime is a change, fewer links
-// an unlink. Truncation raises IN_MODIFY as well.
+// IN_MODIFY is a write or a truncation: a change. IN_ATTRIB (touch, chmod, rsync -t) and
+// IN_CLOSE_WRITE (a writer that may have written nothing) say nothing of the bytes: with a lease
+// held or breaking no writer can exist, else the size and the sampled pages decide (a touch
+// used to stop a served model: issue 45). Fewer links is an unlink.
 void FileGuard::Impl::classify(std::uint32_t i, std::uint32_t mask,
                                std::vector<FileGuardEvent>& events) {
     File& f = files[i];
     struct stat now {};
     if (::fstat(f.fd, &now) != 0) now = f.last;
-    const bool resized = now.st_size != f.last.st_size ||
-                         now.st_mtim.tv_sec != f.last.st_mtim.tv_sec ||
-                         now.st_mtim.tv_nsec != f.last.st_mtim.tv_nsec;
     const bool unlinked = now.st_nlink < f.last.st_nlink;
     f.last = now;
-    if ((mask & (IN_MODIFY | IN_CLOSE_WRITE)) != 0 || ((mask & IN_ATTRIB) != 0 && resized))
+    if ((mask & IN_MODIFY) != 0) {
         events.push_back({i, FileGuardEventKind::changed, now_ns()});
+    } else if ((mask & (IN_ATTRIB | IN_CLOSE_WRITE)) != 0 && !unlinked) {
+        const bool same = bytes_as_created(f);
+        events.push_back({i, same ? FileGuardEventKind::metadata_changed : FileGuardEventKind::changed, now_ns()});
+    }
     if ((mask & (IN_MOVE_SELF | IN_DELETE_SELF)) != 0 || ((mask & IN_ATTRIB) != 0 && unlinked))
         events.push_back({i, FileGuardEventKind::path_moved, now_ns()});
+}
+
+bool FileGuard::Impl::bytes_as_created(const File& f) {
+    {
+        std::lock_guard lock(mutex);
+        if (f.lease == FileLeaseState::held || f.lease == FileLeaseState::breaking) return true;
+    }
+    return f.fingerprint.matches(f.fd);
 }
 
 // Under `mutex`, so that release() cannot drop a lease between F_GETLEASE answering F_UNLCK and
@@ -503,7 +600,10 @@ void FileGuard::Impl::poll_leases(std::vector<FileGuardEvent>& events) {
         File& f = files[i];
         if (f.lease == FileLeaseState::held && ::fcntl(f.fd, F_GETLEASE) == F_UNLCK) {
             f.lease = FileLeaseState::breaking;
-            events.push_back({i, FileGuardEventKind::lease_breaking, now_ns()});
+            // the break began after the last poll that saw the lease held
+            events.push_back({i, FileGuardEventKind::lease_breaking, now_ns(), f.last_held_ns + lease_break_ns});
+        } else if (f.lease == FileLeaseState::held) {
+            f.last_held_ns = now_ns();
         } else if (f.lease == FileLeaseState::breaking && !kernel_lists_lease(f.fd)) {
             f.lease = FileLeaseState::broken_by_timeout;
             events.push_back({i, FileGuardEventKind::lease_broken_by_timeout, now_ns()});
@@ -649,7 +749,8 @@ Result<FileGuard> FileGuardAccess::create_unpublished(FileGuardParams params) {
         impl->on_event = std::move(params.on_event);
         impl->log = std::move(params.log);
         impl->period_ms = params.poll_period_ms;
-        if (auto opened = impl->open_files(params.files); !opened) return std::move(opened).error();
+        if (auto opened = impl->open_files(params.files, params.regions); !opened)
+            return std::move(opened).error();
         auto tid = start_thread(impl);
         if (!tid) return std::move(tid).error();
         FileGuard guard(std::move(impl)); // from here a failure stops the thread, drops leases
@@ -681,7 +782,35 @@ Result<FileGuardFileStatus> FileGuard::status(std::uint32_t file) const {
                                           count));
         std::lock_guard lock(impl_->mutex);
         const Impl::File& f = impl_->files[file];
-        return FileGuardFileStatus{f.lease, f.reason, f.lease_errno};
+        const bool timed_out = f.lease == FileLeaseState::breaking && !kernel_lists_lease(f.fd);
+        return FileGuardFileStatus{timed_out ? FileLeaseState::broken_by_timeout : f.lease, f.reason,
+                                   f.lease_errno};
+    });
+}
+
+Status FileGuard::read(std::uint32_t file, std::uint64_t offset, void* destination,
+                       std::size_t size) const {
+    return internal::status_nothrow([&]() -> Status {
+        if (file >= file_count())
+            return make_error(ErrorKind::invalid_argument,
+                              fmt::format("FileGuard::read: file {} is out of range ({})", file,
+                                          file_count()));
+        const Impl::File& f = impl_->files[file];
+        auto* to = static_cast<char*>(destination);
+        for (std::size_t done = 0; done < size;) {
+            const ssize_t n = ::pread(f.fd, to + done, size - done, static_cast<off_t>(offset + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                return make_error(ErrorKind::io, fmt::format("FileGuard::read: {}: pread at {}: {}",
+                                                             f.path, offset + done, errno_text(errno)));
+            if (n == 0)
+                return make_error(ErrorKind::io,
+                                  fmt::format("FileGuard::read: {}: {} of {} bytes at offset {}: "
+                                              "the file ends there (truncated)",
+                                              f.path, done, size, offset));
+            done += static_cast<std::size_t>(n);
+        }
+        return {};
     });
 }
 

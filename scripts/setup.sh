@@ -7,6 +7,7 @@ packages=(
   g++ pkg-config meson ninja-build git         # toolchain (Meson 1.0, Ninja)
   cmake                                        # weightmapConfig.cmake and its consumer test
   libfmt-dev catch2                            # fmt 9, Catch2 2.13
+  libxxhash-dev                                # XXH3: the file guard's hashes of sampled pages
   nlohmann-json3-dev libcli11-dev              # JSON output/safetensors header, CLI parsing
   libvulkan-dev libvulkan1 mesa-vulkan-drivers # Vulkan headers, loader, lavapipe for tests
   libhsa-runtime-dev                           # HSA headers + the real runtime for the smoke test

@@ -26,13 +26,20 @@ typedef enum wm_file_guard_event_kind {
     WM_FILE_GUARD_LEASE_BREAKING = 0,
     /* The kernel dropped a breaking lease itself after lease-break-time: the writer proceeded. */
     WM_FILE_GUARD_LEASE_BROKEN_BY_TIMEOUT = 1,
-    /* The bytes or the size changed (inotify): after the fact. */
+    /* The bytes may have changed, after the fact: a write or truncation (inotify IN_MODIFY), or
+     * an attribute change or a close after an open for writing after which the size or a
+     * sampled page (params.regions) differs from create's. */
     WM_FILE_GUARD_CHANGED = 2,
     /* The path was renamed or unlinked: harmless for the imports (they hold the inode). */
-    WM_FILE_GUARD_PATH_MOVED = 3
+    WM_FILE_GUARD_PATH_MOVED = 3,
+    /* An attribute changed (touch, chmod, rsync -t) or a writer closed the file, and the bytes
+     * did not: with a lease held no writer can exist, without one the size and every sampled
+     * page are as at create. Nothing to do. */
+    WM_FILE_GUARD_METADATA_CHANGED = 4
 } wm_file_guard_event_kind;
 
-/* "lease_breaking", "lease_broken_by_timeout", "changed", "path_moved"; "?" otherwise. */
+/* "lease_breaking", "lease_broken_by_timeout", "changed", "path_moved", "metadata_changed";
+ * "?" otherwise. */
 WM_API const char* wm_file_guard_event_kind_name(wm_file_guard_event_kind kind);
 
 typedef struct wm_file_guard_event {
@@ -40,6 +47,10 @@ typedef struct wm_file_guard_event {
     uint32_t file; /* index into the files given to wm_file_guard_create */
     wm_file_guard_event_kind kind;
     int64_t monotonic_ns; /* when the guard noticed: CLOCK_MONOTONIC, in nanoseconds */
+    /* LEASE_BREAKING: the earliest the kernel may drop the lease itself (the last poll that saw
+     * it held + /proc/sys/fs/lease-break-time), same clock; a move must finish, and be confirmed
+     * by wm_file_guard_get_file still reading BREAKING, before it. 0 otherwise. */
+    int64_t deadline_ns;
 } wm_file_guard_event;
 
 /* The callback's rules.
@@ -72,6 +83,13 @@ typedef struct wm_guarded_file {
     const char* path; /* may be NULL */
 } wm_guarded_file;
 
+/* A byte range of files[file] that the engine reads (an import's extent). */
+typedef struct wm_guarded_region {
+    uint32_t file;
+    uint64_t offset;
+    uint64_t size;
+} wm_guarded_region;
+
 typedef struct wm_file_guard_params {
     uint32_t struct_size;
     /* NULL: events queue for wm_file_guard_next_event and wm_file_guard_event_fd is readable
@@ -82,6 +100,11 @@ typedef struct wm_file_guard_params {
     uint32_t poll_period_ms;
     wm_log_fn log; /* NULL: the process-wide sink; gets the "no lease" warnings */
     void* log_user;
+    /* The ranges the engine reads, region_count of them (NULL, 0: every file whole). The guard
+     * hashes pages sampled over each file's ranges at create and compares them after an event
+     * that says nothing of the bytes (METADATA_CHANGED, else CHANGED). Copied. */
+    const wm_guarded_region* regions;
+    uint32_t region_count;
 } wm_file_guard_params;
 
 /* Fills the defaults and struct_size. */
@@ -105,11 +128,11 @@ WM_API wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t fil
  * the guard: no callback runs after it returns. NULL is ignored. Allowed from inside the
  * callback: the thread then ends when the callback returns, which must not use the guard again.
  *
- * fork(): a child inherits a copy of the guard without its thread: no event reaches the child,
- * and its one allowed call is wm_file_guard_destroy, which frees the child's copy and closes
- * the child's descriptors but leaves the leases alone: they belong to open file descriptions
- * the child shares with the parent, and a lease ends only with a description's last close, so
- * neither the child's destroy nor its exit or exec drops the parent's lease.
+ * fork(): a child inherits a copy of the guard without its thread: no event reaches the child.
+ * Its copies of the guard's descriptors are closed as it starts (pthread_atfork): a lease ends
+ * only with its open file description's last close, so a child that kept them would hold the
+ * parent's leases after the parent exited. Its one allowed call is wm_file_guard_destroy, which
+ * frees the child's copy and leaves the leases alone.
  * wm_file_guard_release in a child fails with WM_ERROR_INVALID_ARGUMENT; any other call there
  * may deadlock on a lock the guard's thread held at the fork. */
 WM_API void wm_file_guard_destroy(wm_file_guard* guard);
@@ -123,6 +146,13 @@ WM_API wm_status wm_file_guard_release(wm_file_guard* guard, uint32_t file);
 
 /* 0 for a NULL guard. */
 WM_API uint32_t wm_file_guard_file_count(const wm_file_guard* guard);
+
+/* Reads `size` bytes at `offset` of file `file` into `destination` through the guard's own
+ * descriptor (pread): a file truncated meanwhile is WM_ERROR_IO naming it and the bytes read,
+ * never a SIGBUS as through a mapping. WM_ERROR_INVALID_ARGUMENT for a NULL guard or
+ * destination (with size > 0) or an index out of range. Any thread. */
+WM_API wm_status wm_file_guard_read(const wm_file_guard* guard, uint32_t file, uint64_t offset,
+                                    void* destination, size_t size);
 
 typedef enum wm_file_lease_state {
     WM_FILE_LEASE_NONE = 0,              /* never taken: see reason; inotify only */
@@ -141,6 +171,8 @@ typedef struct wm_file_guard_file_status {
     const char* reason;
 } wm_file_guard_file_status;
 
+/* The lease state of file `file`; a breaking lease the kernel no longer lists reads
+ * BROKEN_BY_TIMEOUT at once (the event follows). */
 WM_API wm_status wm_file_guard_get_file(const wm_file_guard* guard, uint32_t file,
                                         wm_file_guard_file_status* out);
 

@@ -17,6 +17,7 @@
 // signal (docs/file_guard.md, "Why no SIGIO reaches the engine").
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,6 +33,13 @@ namespace wm {
 namespace internal {
 struct FileGuardAccess; // the C API's create-then-publish (lib/internal/file_guard_access.hpp)
 }
+
+/// A byte range of files[file] that the engine reads (an import's extent).
+struct GuardedRegion {
+    std::uint32_t file = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+};
 
 /// One file to guard: a descriptor the caller opened O_RDONLY (not O_PATH; a descriptor open for
 /// writing would itself forbid a read lease: the call fails) and its path, for messages only.
@@ -53,16 +61,24 @@ enum class FileGuardEventKind {
     /// The kernel dropped a breaking lease itself because the engine did not call release() within
     /// lease-break-time: the writer has proceeded, the bytes may be changing now.
     lease_broken_by_timeout,
-    /// The file's bytes or size changed (inotify IN_MODIFY, IN_CLOSE_WRITE, or IN_ATTRIB with a
-    /// new size or mtime): after the fact. For a file without a lease, or after release().
+    /// The file's bytes may have changed: a write or a truncation (inotify IN_MODIFY), or an
+    /// attribute change or a close after an open for writing (IN_ATTRIB, IN_CLOSE_WRITE) after
+    /// which the size or a sampled page differs from create()'s (FileGuardParams::regions). After the
+    /// fact; for a file without a lease, or after release().
     changed,
     /// The path was renamed or unlinked (IN_MOVE_SELF, IN_DELETE_SELF, IN_ATTRIB with fewer
     /// links). Harmless for the imports: they hold the inode, whose bytes do not change; only the
     /// path now names another file (or none).
     path_moved,
+    /// An attribute changed (touch, chmod, rsync -t) or a writer closed the file, and its bytes
+    /// did not: with a lease held no writer can exist; without one the size and every sampled
+    /// page are as at create(). Nothing to do. (A write through a writable shared mapping raises
+    /// no IN_MODIFY: only the sampled pages would show it; see docs/file_guard.md.)
+    metadata_changed,
 };
 
-/// "lease_breaking", "lease_broken_by_timeout", "changed", "path_moved"; never null.
+/// "lease_breaking", "lease_broken_by_timeout", "changed", "path_moved", "metadata_changed";
+/// never null.
 WM_API const char* to_string(FileGuardEventKind kind) noexcept;
 
 struct FileGuardEvent {
@@ -70,6 +86,10 @@ struct FileGuardEvent {
     FileGuardEventKind kind = FileGuardEventKind::changed;
     /// When the guard's thread noticed it: CLOCK_MONOTONIC (std::chrono::steady_clock) in ns.
     std::int64_t monotonic_ns = 0;
+    /// lease_breaking: the earliest the kernel may drop the lease by itself (the last poll
+    /// that saw it held, plus /proc/sys/fs/lease-break-time), same clock: a move must finish,
+    /// and be confirmed by status(), before it. 0 for other events.
+    std::int64_t deadline_ns = 0;
 };
 
 /// Where a file's lease stands.
@@ -124,6 +144,11 @@ struct FileGuardParams {
     /// with 1 file, 0.3% with 16 (docs/file_guard.md, "The polling period"). Only polled while
     /// a lease is held or breaking.
     std::uint32_t poll_period_ms = 20;
+    /// The ranges the engine reads; none for a file: the whole of it. The guard hashes pages
+    /// sampled over each file's ranges at create() and compares them after an event that says
+    /// nothing of the bytes (metadata_changed, else changed). A `file` out of range is
+    /// invalid_argument.
+    std::vector<GuardedRegion> regions;
     /// Where "no lease" warnings and a callback's exceptions go; empty: the process-wide sink.
     LogCallback log;
 };
@@ -143,11 +168,12 @@ struct FileGuardParams {
 ///    inside its own callback is allowed: the thread then stops when the callback returns, and
 ///    the callback must not touch the guard afterwards.
 ///
-/// fork(): a child inherits a copy of the guard without its thread: no event reaches the child,
-/// and the one thing it may do with the copy is destroy it, which frees the child's copy and
-/// closes the child's descriptors but leaves the leases alone: they belong to open file
-/// descriptions the child shares with the parent, and a lease ends only with a description's
-/// last close, so neither the child's destroy nor its exit or exec drops the parent's lease.
+/// fork(): a child inherits a copy of the guard without its thread: no event reaches the child.
+/// The child's copies of the guard's descriptors are closed as it starts (a pthread_atfork
+/// handler): the leases belong to open file descriptions shared with the parent, and a lease
+/// ends only with a description's last close, so a child that kept them would hold the parent's
+/// leases after the parent exited, and a writer would wait for the child. The one thing the
+/// child may do with the copy is destroy it, which frees it and leaves the leases alone.
 /// release() in a child fails with invalid_argument; any other call there may deadlock on a
 /// lock the guard's thread held at the fork.
 class WM_API FileGuard {
@@ -177,8 +203,15 @@ public:
     /// fork()ed child.
     Status release(std::uint32_t file);
 
-    /// The lease state of file `file`; invalid_argument for an index out of range.
+    /// The lease state of file `file`; invalid_argument for an index out of range. A breaking
+    /// lease the kernel no longer lists reads broken_by_timeout at once (the event follows), so
+    /// `lease == breaking` after a move confirms that the writer was still waiting throughout.
     Result<FileGuardFileStatus> status(std::uint32_t file) const;
+
+    /// Reads `size` bytes at `offset` of file `file` through the guard's own descriptor (pread:
+    /// a file truncated under the caller is an io error naming it, never a SIGBUS as through a
+    /// mapping). invalid_argument for an index out of range.
+    Status read(std::uint32_t file, std::uint64_t offset, void* destination, std::size_t size) const;
 
     std::uint32_t file_count() const noexcept;
 

@@ -19,7 +19,7 @@ namespace {
 
 wm_file_guard_event event_to_c(const wm::FileGuardEvent& e) {
     return {sizeof(wm_file_guard_event), e.file, static_cast<wm_file_guard_event_kind>(e.kind),
-            e.monotonic_ns};
+            e.monotonic_ns, e.deadline_ns};
 }
 
 wm::FileGuardParams params_from_c(const wm_guarded_file* files, uint32_t count,
@@ -27,6 +27,8 @@ wm::FileGuardParams params_from_c(const wm_guarded_file* files, uint32_t count,
     wm::FileGuardParams params;
     for (uint32_t i = 0; i < count; ++i)
         params.files.push_back({files[i].fd, files[i].path != nullptr ? files[i].path : ""});
+    for (uint32_t r = 0; c.regions != nullptr && r < c.region_count; ++r)
+        params.regions.push_back({c.regions[r].file, c.regions[r].offset, c.regions[r].size});
     params.poll_period_ms = c.poll_period_ms;
     params.log = log_from_c(c.log, c.log_user);
     if (c.on_event != nullptr)
@@ -43,14 +45,14 @@ extern "C" {
 
 const char* wm_file_guard_event_kind_name(wm_file_guard_event_kind kind) {
     const long long raw = raw_enum(kind);
-    if (raw < WM_FILE_GUARD_LEASE_BREAKING || raw > WM_FILE_GUARD_PATH_MOVED) return "?";
+    if (raw < WM_FILE_GUARD_LEASE_BREAKING || raw > WM_FILE_GUARD_METADATA_CHANGED) return "?";
     return wm::to_string(static_cast<wm::FileGuardEventKind>(raw));
 }
 
 void wm_file_guard_params_init(wm_file_guard_params* params) {
     if (params != nullptr)
         *params = wm_file_guard_params{sizeof(wm_file_guard_params), nullptr, nullptr, 20,
-                                       nullptr, nullptr};
+                                       nullptr, nullptr, nullptr, 0};
 }
 
 wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t file_count,
@@ -66,6 +68,7 @@ wm_status wm_file_guard_create(const wm_guarded_file* files, uint32_t file_count
         wm_file_guard_params_init(&defaults);
         const wm_file_guard_params c =
             params != nullptr ? read_struct(*params, defaults) : defaults;
+        if (c.region_count != 0 && null_arg(c.regions, fn, "params->regions", status)) return status;
         // Published only once *out is stored: the callback's first event can then release
         // through the handle it reads from there (issue 44).
         auto created = wm::internal::FileGuardAccess::create_unpublished(
@@ -92,6 +95,20 @@ wm_status wm_file_guard_release(wm_file_guard* guard, uint32_t file) {
             return status;
         auto released = guard->guard.release(file);
         return released ? WM_OK : fail(fn, released.error());
+    });
+}
+
+wm_status wm_file_guard_read(const wm_file_guard* guard, uint32_t file, uint64_t offset,
+                             void* destination, size_t size) {
+    static constexpr const char* fn = "wm_file_guard_read";
+    return guarded(fn, [&] {
+        wm_status status = WM_OK;
+        if (null_arg(guard, fn, "guard", status) ||
+            (size > 0 && null_arg(destination, fn, "destination", status)) ||
+            bad_index(file, guard->guard.file_count(), fn, "file", status))
+            return status;
+        auto read = guard->guard.read(file, offset, destination, size);
+        return read ? WM_OK : fail(fn, read.error());
     });
 }
 

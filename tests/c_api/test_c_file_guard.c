@@ -2,7 +2,8 @@
 /* The file guard through the C API (file_guard.h, docs/file_guard.md): a writer in another
  * process blocked in open(O_TRUNC) until wm_file_guard_release, heard through the eventfd and
  * the queue; release from inside the callback; no lease for a file open for writing (EAGAIN),
- * with the write reported as CHANGED; the defaults, names and every argument error. */
+ * with the write reported as CHANGED; a touch reported as METADATA_CHANGED; the defaults, names
+ * and every argument error. */
 #include "c_check.h"
 
 #include "c_guard_writer.h"
@@ -40,7 +41,7 @@ static void case_writer_waits_for_release(void) {
     const pid_t pid = c_fork_truncating_writer(path, &done);
     REQUIRE(pid > 0);
     REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
-    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0};
+    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0, 0};
     bool has = false;
     REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
     REQUIRE(has);
@@ -124,7 +125,7 @@ static void case_no_lease_when_open_for_writing(void) {
     CHECK_CONTAINS(st.reason, "EAGAIN");
     CHECK(pwrite(writer, "x", 1, 0) == 1);
     REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
-    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_LEASE_BREAKING, 0};
+    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_LEASE_BREAKING, 0, 0};
     bool has = false;
     REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
     CHECK(has);
@@ -147,6 +148,8 @@ static void case_defaults_and_names(void) {
                  "lease_broken_by_timeout");
     CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_CHANGED), "changed");
     CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_PATH_MOVED), "path_moved");
+    CHECK_STR_EQ(wm_file_guard_event_kind_name(WM_FILE_GUARD_METADATA_CHANGED), "metadata_changed");
+    CHECK(p.regions == NULL && p.region_count == 0);
     CHECK_STR_EQ(wm_file_guard_event_kind_name((wm_file_guard_event_kind)42), "?");
     CHECK_EQ(wm_file_guard_file_count(NULL), 0);
     CHECK_EQ(wm_file_guard_event_fd(NULL), -1);
@@ -190,14 +193,52 @@ static void case_every_error_names_function_file_and_field(void) {
     CHECK_INVALID(wm_file_guard_get_file(guard, 0, NULL), "wm_file_guard_get_file: out is NULL");
     st.struct_size = 1;
     CHECK_INVALID(wm_file_guard_get_file(guard, 0, &st), "out->struct_size is 1");
-    wm_file_guard_event e = {sizeof e, 0, WM_FILE_GUARD_CHANGED, 0};
+    wm_file_guard_event e = {sizeof e, 0, WM_FILE_GUARD_CHANGED, 0, 0};
     bool has = true;
     CHECK_INVALID(wm_file_guard_next_event(guard, NULL, &has), "wm_file_guard_next_event: out");
     CHECK_INVALID(wm_file_guard_next_event(guard, &e, NULL), "has_event is NULL");
     CHECK_OK(wm_file_guard_next_event(guard, &e, &has));
     CHECK(!has);
+    char byte = 0;
+    CHECK_INVALID(wm_file_guard_read(guard, 1, 0, &byte, 1), "wm_file_guard_read: file 1");
+    CHECK_INVALID(wm_file_guard_read(guard, 0, 0, NULL, 1), "wm_file_guard_read: destination");
+    CHECK_INVALID(wm_file_guard_read(NULL, 0, 0, &byte, 1), "wm_file_guard_read: guard is NULL");
+    CHECK_OK(wm_file_guard_read(guard, 0, 4095, &byte, 1));
+    CHECK(wm_file_guard_read(guard, 0, 4095, &byte, 2) == WM_ERROR_IO);
+    CHECK_CONTAINS(wm_last_error(), path);
+    CHECK_CONTAINS(wm_last_error(), "truncated");
     wm_file_guard_destroy(guard);
+    wm_guarded_region regions[1] = {{1, 0, 4096}};
+    p.struct_size = sizeof p;
+    p.poll_period_ms = 20;
+    p.regions = regions;
+    p.region_count = 1;
+    CHECK_INVALID(wm_file_guard_create(files, 1, &p, &guard), "params.regions[0].file is 1");
+    p.regions = NULL;
+    CHECK_INVALID(wm_file_guard_create(files, 1, &p, &guard), "params->regions is NULL");
     close(rw);
+    close(fd);
+}
+
+/* A touch with the lease held: METADATA_CHANGED through the queue, never CHANGED. */
+static void case_touch_is_metadata_changed(void) {
+    char path[512];
+    REQUIRE(c_temp_file(8192, 11, path));
+    const int fd = open(path, O_RDONLY);
+    wm_guarded_file files[1];
+    files[0].fd = fd;
+    files[0].path = path;
+    wm_file_guard* guard = NULL;
+    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    REQUIRE(utimensat(AT_FDCWD, path, NULL, 0) == 0);
+    REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
+    wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0, 0};
+    bool has = false;
+    REQUIRE_OK(wm_file_guard_next_event(guard, &e, &has));
+    CHECK(has);
+    CHECK_EQ(e.kind, WM_FILE_GUARD_METADATA_CHANGED);
+    CHECK_EQ(e.deadline_ns, 0);
+    wm_file_guard_destroy(guard);
     close(fd);
 }
 
@@ -207,5 +248,6 @@ int main(void) {
     C_RUN(case_no_lease_when_open_for_writing);
     C_RUN(case_defaults_and_names);
     C_RUN(case_every_error_names_function_file_and_field);
+    C_RUN(case_touch_is_metadata_changed);
     return c_check_finish();
 }
