@@ -117,8 +117,11 @@ count_llama() {
     /^llama.cpp dirty / { if (num("shared_dirty_kib") == 0 && / mtime_unchanged=yes( |$)/) ok++; else bad++ }
     # the import arm is judged; copy and upstream are reported beside it (they do what upstream does)
     /^llama.cpp file-change arm=import / {
-      if (/ lease=yes /) pass = / server_alive=yes / && / answers_after=same( |$)/
-      else pass = / server_alive=yes / && !/ answers_after=changed( |$)/
+      # a move that cannot finish stops the model (the error); metadata never does; with a lease
+      # the loaded weights stay; without one, never the changed bytes
+      if (/ change=(slow-move|move-fails) /) pass = / server_alive=yes / && / answers_after=error( |$)/
+      else if (/ change=(touch|close-no-write) / || / lease=yes /) pass = / server_alive=yes / && / answers_after=same( |$)/
+      else pass = / server_alive=yes / && / answers_after=error( |$)/
       if (pass) ok++; else bad++
     }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }

@@ -598,6 +598,8 @@ server_arm() { # ARM: its env assignment and flags, one per line
 }
 
 server_wrapper=() # a command start_server runs the server under (file_change_case: another user)
+server_bin=""     # another llama-server than the release build's (the test build's: its hooks)
+server_env=()     # more environment for it
 # Starts llama-server on MODEL in ARM at 127.0.0.1:PORT with default flags and waits until
 # /health answers; sets server_pid and server_load_s (from the start to a healthy answer: the
 # load, the warm-up graph and the listening socket). -fa off: Mesa 22.3's lavapipe crashes
@@ -610,7 +612,7 @@ start_server() { # LOG PORT ARM MODEL [FLAGS...]
   mapfile -t arm < <(server_arm "$3")
   shift 4
   start=$(date +%s.%N)
-  "${server_wrapper[@]}" env "${arm[0]}" "$bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -v -fa off "${arm[@]:1}" "$@" \
+  "${server_wrapper[@]}" env "${arm[0]}" "${server_env[@]}" "${server_bin:-$bin/llama-server}" -m "$model" --host 127.0.0.1 --port "$port" -t 2 -v -fa off "${arm[@]:1}" "$@" \
     > "$log.out" 2> "$log.err" < /dev/null &
   server_pid=$!
   for _ in $(seq 1200); do
@@ -876,60 +878,97 @@ run_compile_check() {
     fail "compile-check.sh: a backend did not compile; see $out/logs/compile-check.err"
 }
 
-# --- a model file that changes under a running server (issue 37) -------------------------------
-# ARM's server on a fresh copy of the dense model answers request 0; then CHANGE: overwrite (cp
-# of another model over the file, as a re-download to the same path does) or truncate (to 0
-# bytes); then request 0 again. LEASE=no runs the server as nobody, who does not own the file
-# and so cannot take a lease (the guard watches the file instead). One summary line each;
-# the import arm must stay alive and answer the same with a lease, and never answer changed
-# bytes without one.
-file_change_case() { # ARM CHANGE LEASE PORT
-  local arm=$1 change=$2 lease_wanted=$3 port=$4 dir=$out/run/file-change
-  local log=$dir/$1.$2.$3 model=$dir/$1.$2.$3.gguf before after alive=yes answers lease=no start waited tries
-  mkdir -p "$dir" && chmod 755 "$dir"
-  cp "$out/models/llama-dense.gguf" "$model" && chmod 644 "$model"
-  server_wrapper=()
-  [[ $lease_wanted == no ]] && server_wrapper=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
-  start_server "$log" "$port" "$arm" "$model" || { server_wrapper=(); return; }
-  server_wrapper=()
-  before=$(ask_server "$port" 0)
-  start=$(date +%s.%N)
-  # cp blocks in open(O_TRUNC) while a lease breaks; coreutils' truncate opens O_NONBLOCK, which
-  # fails with EAGAIN instead (and starts the break): it is run again, as a user would, until it
-  # truncates (tries= says how often)
+# --- a model file that changes under a running server (issues 37, 45) --------------------------
+# ARM's server on a fresh copy of the dense model answers request 0; then CHANGE; then request 0
+# again. CHANGE: touch (utimensat only), close-no-write (an open for writing that writes nothing:
+# with a lease it breaks it, so the imports move), overwrite (cp of another model over the file,
+# as a re-download to the same path does), truncate (to 0 bytes); slow-move and move-fails are
+# overwrites under the test build's hooks (the move's deadline 300 ms with 400 ms per chunk
+# copied; the copies' allocation refused): the model must stop with an error naming the file,
+# and the server stay up. LEASE=no runs the server as nobody, who does not own the file and so
+# cannot take a lease (the guard watches the file instead). One summary line each; resident_*:
+# RssAnon plus the resident pages of the process's mappings of the model file, before and after.
+file_change_action() { # CHANGE MODEL LOG: sets tries
   tries=1
-  case $change in
-    overwrite) timeout 120 cp "$out/models/mid/llama-dense.gguf" "$model" ;;
+  case $1 in
+    touch) touch "$2" ;;
+    close-no-write) : >> "$2" ;;
+    overwrite | slow-move | move-fails) timeout 120 cp "$out/models/mid/llama-dense.gguf" "$2" ;;
     truncate)
-      until truncate -s 0 "$model" 2> "$log.truncate"; do
+      until truncate -s 0 "$2" 2> "$3.truncate"; do
         ((tries < 100)) || break
         tries=$((tries + 1)); sleep 0.05
       done ;;
   esac
+}
+resident_mib() { # PID FILE
+  local anon file_kib
+  anon=$(awk '/^RssAnon:/ { print $2 }' "/proc/$1/status" 2> /dev/null)
+  file_kib=$(awk -v f="$(realpath "$2")" '/^[0-9a-f]+-[0-9a-f]+ / { in_file = ($NF == f) }
+    in_file && /^Rss:/ { kib += $2 } END { print kib + 0 }' "/proc/$1/smaps" 2> /dev/null)
+  echo $(((${anon:-0} + ${file_kib:-0}) / 1024))
+}
+file_change_case() { # ARM CHANGE LEASE PORT
+  local arm=$1 change=$2 lease_wanted=$3 port=$4 dir=$out/run/file-change
+  local log=$dir/$1.$2.$3 model=$dir/$1.$2.$3.gguf before after alive=yes answers lease=no start waited tries
+  local resident_before resident_after want
+  mkdir -p "$dir" && chmod 755 "$dir"
+  cp "$out/models/llama-dense.gguf" "$model" && chmod 644 "$model"
+  server_wrapper=() server_bin="" server_env=()
+  [[ $lease_wanted == no ]] && server_wrapper=(setpriv --reuid=nobody --regid=nogroup --clear-groups --)
+  case $change in
+    slow-move) server_bin=$out/testing/llama-server
+      server_env=(LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" LLAMA_WEIGHTMAP_TEST_MOVE_DEADLINE_MS=300 LLAMA_WEIGHTMAP_TEST_MOVE_SLOW_MS=400) ;;
+    move-fails) server_bin=$out/testing/llama-server
+      server_env=(LD_LIBRARY_PATH="$out/testing:$LD_LIBRARY_PATH" LLAMA_WEIGHTMAP_TEST_MOVE=fail-alloc) ;;
+  esac
+  start_server "$log" "$port" "$arm" "$model" || { server_wrapper=() server_bin="" server_env=(); return; }
+  server_wrapper=() server_bin="" server_env=()
+  before=$(ask_server "$port" 0)
+  resident_before=$(resident_mib "$server_pid" "$model")
+  start=$(date +%s.%N)
+  # cp blocks in open(O_TRUNC) while a lease breaks; coreutils' truncate opens O_NONBLOCK, which
+  # fails with EAGAIN instead (and starts the break): it is run again, as a user would, until it
+  # truncates (tries= says how often)
+  file_change_action "$change" "$model" "$log"
   waited=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  sleep 0.3 # inotify's events after the fact: the guard hears them within a poll
   after=$(ask_server "$port" 0)
+  resident_after=$(resident_mib "$server_pid" "$model")
   kill -0 "$server_pid" 2> /dev/null || alive=no
   if [[ $alive == no || $after == "no answer" ]]; then answers=error
   elif [[ $after == "$before" ]]; then answers=same
   else answers=changed; fi
   grep -q 'guarded by a read lease' "$log.err" && lease=yes
   if [[ $alive == yes ]]; then stop_server "$server_pid" "$log"; else wait "$server_pid" 2> /dev/null || true; fi
-  summaries+=("llama.cpp file-change arm=$arm change=$change lease=$lease server_alive=$alive answers_after=$answers writer_wait_s=$waited writer_tries=$tries size_after=$(stat -c %s "$model")")
-  if [[ $arm == import && $lease_wanted == yes ]]; then
-    [[ $lease == yes && $alive == yes && $answers == same ]] ||
-      fail "file-change import $change: lease=$lease alive=$alive answers_after=$answers; see $log.err"
-  elif [[ $arm == import ]]; then
-    [[ $lease == no && $alive == yes && $answers != changed ]] ||
-      fail "file-change import (no lease) $change: lease=$lease alive=$alive answers_after=$answers; see $log.err"
+  summaries+=("llama.cpp file-change arm=$arm change=$change lease=$lease server_alive=$alive answers_after=$answers writer_wait_s=$waited writer_tries=$tries size_after=$(stat -c %s "$model") resident_before_mib=$resident_before resident_after_move_mib=$resident_after")
+  [[ $arm == import ]] || return 0
+  # what the import arm must answer: the loaded weights, or the error naming the file
+  want=same
+  case $change:$lease_wanted in
+    slow-move:* | move-fails:* | overwrite:no | truncate:no) want=error ;;
+  esac
+  [[ $lease == "$lease_wanted" && $alive == yes && $answers == "$want" ]] ||
+    fail "file-change import $change (lease wanted: $lease_wanted): lease=$lease alive=$alive answers_after=$answers, not $want; see $log.err"
+  if [[ $want == error ]] && ! grep -q "model file $model" "$log.err"; then
+    fail "file-change import $change: the error does not name $model; see $log.err"
   fi
 }
 
 run_file_changes() {
-  local arm change port=${FILE_CHANGE_PORT:-50960}
+  local arm change lease port=${FILE_CHANGE_PORT:-50960}
   for change in overwrite truncate; do
     for arm in import copy upstream; do
       file_change_case "$arm" "$change" yes "$port"; port=$((port + 1))
     done
-    file_change_case import "$change" no "$port"; port=$((port + 1))
+  done
+  for change in touch close-no-write overwrite truncate; do
+    for lease in yes no; do
+      [[ $change:$lease == overwrite:yes || $change:$lease == truncate:yes ]] && continue # above
+      file_change_case import "$change" "$lease" "$port"; port=$((port + 1))
+    done
+  done
+  for change in slow-move move-fails; do
+    file_change_case import "$change" yes "$port"; port=$((port + 1))
   done
 }

@@ -99,9 +99,10 @@ build_llama() { # SRC BUILD OPTIONS TARGETS
     { tail -n 30 "$out/logs/llama-build.log" >&2; exit 1; }
   echo "build $(basename "$(dirname "$2")")/$(basename "$2") [$3]: $((SECONDS - start)) s" >> "$out/logs/build-times.log"
 }
-copy_out() { # DIR: the build's programs and libraries (llama-bench where it was built)
-  rm -rf "$1" && mkdir -p "$1" && cp -a "$bin/llama-completion" "$bin"/lib*.so* "$1/"
-  if [[ -x $bin/llama-bench ]]; then cp -a "$bin/llama-bench" "$1/"; fi
+copy_out() { # DIR [PROGRAM...]: the build's llama-completion and libraries, and PROGRAMs
+  local dir=$1 p; shift
+  rm -rf "$dir" && mkdir -p "$dir" && cp -a "$bin/llama-completion" "$bin"/lib*.so* "$dir/"
+  for p; do cp -a "$bin/$p" "$dir/"; done
 }
 bin=$out/build/bin
 upstream_bin=$out/pristine/build/bin
@@ -110,8 +111,10 @@ upstream_bin=$out/pristine/build/bin
 build_llama "$out/pristine/src" "$out/pristine/build" "" llama-completion
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=OFF -DLLAMA_WEIGHTMAP_TESTING=OFF -DGGML_VULKAN_TESTING=OFF" llama-completion
 copy_out "$out/stock"
-build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=ON -DGGML_VULKAN_TESTING=ON" "llama-completion llama-bench"
-copy_out "$out/testing"
+# llama-server for the file-change cases that need the move's test hooks (slow-move, move-fails)
+build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=ON -DGGML_VULKAN_TESTING=ON" \
+  "llama-completion llama-bench llama-server"
+copy_out "$out/testing" llama-bench llama-server
 build_llama "$out/src" "$out/build" "-DLLAMA_WEIGHTMAP=ON -DLLAMA_WEIGHTMAP_TESTING=OFF -DGGML_VULKAN_TESTING=OFF" \
   "llama-completion test-llama-archs llama-quantize llama-server ggml-rpc-server llama-gguf-split llama-perplexity"
 cat "$out/logs/build-times.log"
