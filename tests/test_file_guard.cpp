@@ -30,6 +30,7 @@
 
 #include "support/child.hpp"
 #include "support/skip.hpp"
+#include "support/guard_events.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/file_guard.hpp"
 
@@ -42,43 +43,12 @@ namespace {
 
 constexpr std::uint64_t file_size = 64 * 1024;
 
-struct Fd {
-    int fd = -1;
-    explicit Fd(int f) : fd(f) {}
-    ~Fd() {
-        if (fd >= 0) close(fd);
-    }
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-};
 
 int open_read_only(const std::string& path) { return open(path.c_str(), O_RDONLY | O_CLOEXEC); }
 
 // The events a callback received, with a wait for one kind.
-struct Events {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::vector<FileGuardEvent> list;
-
-    void push(const FileGuardEvent& e) {
-        std::lock_guard lock(mutex);
-        list.push_back(e);
-        cv.notify_all();
-    }
-    bool wait_for(Kind kind, std::chrono::milliseconds timeout) {
-        std::unique_lock lock(mutex);
-        return cv.wait_for(lock, timeout, [&] { return count_locked(kind) != 0; });
-    }
-    std::size_t count(Kind kind) {
-        std::lock_guard lock(mutex);
-        return count_locked(kind);
-    }
-    std::size_t count_locked(Kind kind) const {
-        std::size_t n = 0;
-        for (const auto& e : list) n += e.kind == kind;
-        return n;
-    }
-};
+using Events = wm::test::GuardEvents;
+using wm::test::Fd;
 
 FileGuard make_guard(int fd, const std::string& path, Events& events,
                      std::uint32_t period_ms = 20) {

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/guard_events.hpp"
 #include "support/temp_file.hpp"
 #include "weightmap/file_guard.hpp"
 
@@ -31,46 +32,9 @@ namespace {
 constexpr std::uint64_t page = 4096;
 constexpr std::uint64_t file_size = 16 * page;
 
-struct Fd {
-    int fd = -1;
-    explicit Fd(int f) : fd(f) {}
-    ~Fd() {
-        if (fd >= 0) close(fd);
-    }
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-};
 
-struct Events {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::vector<FileGuardEvent> list;
-    void push(const FileGuardEvent& e) {
-        std::lock_guard lock(mutex);
-        list.push_back(e);
-        cv.notify_all();
-    }
-    // The first event of `kind` after the first `skip` of them.
-    bool wait_for(Kind kind, std::chrono::milliseconds timeout, std::size_t skip = 0) {
-        std::unique_lock lock(mutex);
-        return cv.wait_for(lock, timeout, [&] { return count_locked(kind) > skip; });
-    }
-    std::size_t count(Kind kind) {
-        std::lock_guard lock(mutex);
-        return count_locked(kind);
-    }
-    std::size_t count_locked(Kind kind) const {
-        std::size_t n = 0;
-        for (const auto& e : list) n += e.kind == kind;
-        return n;
-    }
-    FileGuardEvent first(Kind kind) {
-        std::lock_guard lock(mutex);
-        for (const auto& e : list)
-            if (e.kind == kind) return e;
-        return {};
-    }
-};
+using Events = wm::test::GuardEvents;
+using wm::test::Fd;
 
 FileGuard make_guard(int fd, const std::string& path, Events& events,
                      std::vector<GuardedRegion> regions = {}) {

@@ -22,15 +22,24 @@ static int exit_code(pid_t pid) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A temp file of `size` bytes (seed `seed`), open read-only at *fd, guarded with the defaults
+ * into *guard (NULL when a step failed). */
+static void guard_temp_file(uint64_t size, uint8_t seed, char path[512], int* fd, wm_file_guard** guard) {
+    wm_guarded_file files[1];
+    *guard = NULL;
+    REQUIRE(c_temp_file(size, seed, path));
+    *fd = open(path, O_RDONLY);
+    files[0].fd = *fd;
+    files[0].path = path;
+    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, guard));
+}
+
 static void case_writer_waits_for_release(void) {
     char path[512];
-    REQUIRE(c_temp_file(65536, 7, path));
-    const int fd = open(path, O_RDONLY);
-    wm_guarded_file files[1];
-    files[0].fd = fd;
-    files[0].path = path;
+    int fd = -1;
     wm_file_guard* guard = NULL;
-    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    guard_temp_file(65536, 7, path, &fd, &guard);
+    REQUIRE(guard != NULL);
     close(fd); /* the guard has its own open file description of the file */
     wm_file_guard_file_status st = {sizeof st, WM_FILE_LEASE_NONE, -1, NULL};
     REQUIRE_OK(wm_file_guard_get_file(guard, 0, &st));
@@ -223,13 +232,10 @@ static void case_every_error_names_function_file_and_field(void) {
 /* A touch with the lease held: METADATA_CHANGED through the queue, never CHANGED. */
 static void case_touch_is_metadata_changed(void) {
     char path[512];
-    REQUIRE(c_temp_file(8192, 11, path));
-    const int fd = open(path, O_RDONLY);
-    wm_guarded_file files[1];
-    files[0].fd = fd;
-    files[0].path = path;
+    int fd = -1;
     wm_file_guard* guard = NULL;
-    REQUIRE_OK(wm_file_guard_create(files, 1, NULL, &guard));
+    guard_temp_file(8192, 11, path, &fd, &guard);
+    REQUIRE(guard != NULL);
     REQUIRE(utimensat(AT_FDCWD, path, NULL, 0) == 0);
     REQUIRE(c_readable(wm_file_guard_event_fd(guard), 5000));
     wm_file_guard_event e = {sizeof e, 99, WM_FILE_GUARD_CHANGED, 0, 0};
