@@ -950,8 +950,14 @@ file_change_case() { # ARM CHANGE LEASE PORT
   esac
   [[ $lease == "$lease_wanted" && $alive == yes && $answers == "$want" ]] ||
     fail "file-change import $change (lease wanted: $lease_wanted): lease=$lease alive=$alive answers_after=$answers, not $want; see $log.err"
-  if [[ $want == error ]] && ! grep -q "model file $model" "$log.err"; then
-    fail "file-change import $change: the error does not name $model; see $log.err"
+  # the error names the file, and the move's failure is the one the case made
+  local why="model file $model"
+  case $change in
+    slow-move) why="the deadline passed" ;;
+    move-fails) why="no device memory for a copy" ;;
+  esac
+  if [[ $want == error ]] && ! { grep -q "model file $model" "$log.err" && grep -q "$why" "$log.err"; }; then
+    fail "file-change import $change: the error does not name $model or say '$why'; see $log.err"
   fi
 }
 
