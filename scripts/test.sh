@@ -202,7 +202,7 @@ for stage in $stages; do
       run_stage tsan build-tsan bash -c "bash scripts/build.sh build-tsan ${common[*]} \
           -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
           tests/test_concurrency tests/test_memstat tests/test_split_sync tests/test_populate \
-          tests/test_populate_old_kernel tests/test_file_guard tests/attack/attack_file_guard \
+          tests/test_populate_old_kernel tests/test_file_guard tests/test_file_guard_changes tests/attack/attack_file_guard \
           tests/c_api/test_c_concurrent_reads \
           tests/cuda/test_cuda_importer tests/cuda/test_fake_cuda_driver \
           tests/cuda/libfake_cuda_driver.so &&
