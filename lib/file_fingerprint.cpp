@@ -23,14 +23,8 @@ std::uint64_t file_size(int fd) {
 // The whole of [offset, offset + length) through pread, or false.
 bool read_all(int fd, std::uint64_t offset, std::uint32_t length, std::vector<char>& buffer) {
     buffer.resize(length);
-    for (std::uint32_t done = 0; done < length;) {
-        const ssize_t n = ::pread(fd, buffer.data() + done, length - done,
-                                  static_cast<off_t>(offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        done += static_cast<std::uint32_t>(n);
-    }
-    return true;
+    int error = 0;
+    return pread_full(fd, buffer.data(), length, offset, error) == length;
 }
 
 // Page-aligned starts of the pages of `regions` inside [0, size): every `stride`-th page of each
@@ -60,6 +54,20 @@ std::vector<std::uint64_t> sampled_pages(const std::vector<FileFingerprint::Rang
 }
 
 } // namespace
+
+std::size_t pread_full(int fd, void* destination, std::size_t size, std::uint64_t offset, int& error) {
+    auto* to = static_cast<char*>(destination);
+    error = 0;
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::pread(fd, to + done, size - done, static_cast<off_t>(offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) error = errno;
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+    }
+    return done;
+}
 
 FileFingerprint FileFingerprint::take(int fd, const std::vector<FileFingerprint::Range>& regions,
                                       std::size_t max_pages) {

@@ -796,20 +796,16 @@ Status FileGuard::read(std::uint32_t file, std::uint64_t offset, void* destinati
                               fmt::format("FileGuard::read: file {} is out of range ({})", file,
                                           file_count()));
         const Impl::File& f = impl_->files[file];
-        auto* to = static_cast<char*>(destination);
-        for (std::size_t done = 0; done < size;) {
-            const ssize_t n = ::pread(f.fd, to + done, size - done, static_cast<off_t>(offset + done));
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0)
-                return make_error(ErrorKind::io, fmt::format("FileGuard::read: {}: pread at {}: {}",
-                                                             f.path, offset + done, errno_text(errno)));
-            if (n == 0)
-                return make_error(ErrorKind::io,
-                                  fmt::format("FileGuard::read: {}: {} of {} bytes at offset {}: "
-                                              "the file ends there (truncated)",
-                                              f.path, done, size, offset));
-            done += static_cast<std::size_t>(n);
-        }
+        int error = 0;
+        const std::size_t done = internal::pread_full(f.fd, destination, size, offset, error);
+        if (error != 0)
+            return make_error(ErrorKind::io, fmt::format("FileGuard::read: {}: pread at {}: {}",
+                                                         f.path, offset + done, errno_text(error)));
+        if (done < size)
+            return make_error(ErrorKind::io,
+                              fmt::format("FileGuard::read: {}: {} of {} bytes at offset {}: "
+                                          "the file ends there (truncated)",
+                                          f.path, done, size, offset));
         return {};
     });
 }

@@ -11,6 +11,10 @@
 
 namespace wm::internal {
 
+/// pread until `size` bytes are read, the file ends, or an error: the bytes read; `error` is the
+/// errno of the failure, 0 when the file ended (or nothing failed).
+std::size_t pread_full(int fd, void* destination, std::size_t size, std::uint64_t offset, int& error);
+
 class FileFingerprint {
 public:
     struct Range {
