@@ -700,12 +700,14 @@ serve_arm() { # ARM MODEL PORT [FLAGS...]
     [[ $(stat -c %.9Y "$model") == "$mtime" ]] && echo yes || echo no) served_s=$served requests=$(cat "$log".*.tokens | wc -l)")
 }
 
+# KiB of the smaps FIELDS (an awk regex) over PID's mappings of FILE; 0 when PID is gone.
+smaps_kib() { # PID FILE FIELDS
+  awk -v f="$(realpath "$2")" -v fields="^($3):" '/^[0-9a-f]+-[0-9a-f]+ / { in_file = ($NF == f) }
+    in_file && $1 ~ fields { kib += $2 } END { print kib + 0 }' "/proc/$1/smaps" 2> /dev/null || echo 0
+}
 # Dirty KiB (Shared_Dirty + Private_Dirty) of PID's mappings of FILE: what writeback would write
 # to the model file, or a private copy of its pages. 0 for an importer that never writes them.
-model_dirty_kib() { # PID FILE
-  awk -v f="$(realpath "$2")" '/^[0-9a-f]+-[0-9a-f]+ / { in_file = ($NF == f) }
-    in_file && /^(Shared|Private)_Dirty:/ { kib += $2 } END { print kib + 0 }' "/proc/$1/smaps" 2> /dev/null || echo 0
-}
+model_dirty_kib() { smaps_kib "$1" "$2" 'Shared_Dirty|Private_Dirty'; } # PID FILE
 # The control: a process that writes one byte of each page of a writable shared mapping of a copy
 # of FILE is seen dirty, and the copy's mtime moves.
 check_dirty_control() { # FILE
@@ -880,7 +882,8 @@ run_compile_check() {
 
 # --- a model file that changes under a running server (issues 37, 45) --------------------------
 # ARM's server on a fresh copy of the dense model answers request 0; then CHANGE; then request 0
-# again. CHANGE: touch (utimensat only), close-no-write (an open for writing that writes nothing:
+# again. CHANGE: touch (coreutils' opens the file for writing, which breaks a lease, then sets
+# the times), close-no-write (an open for writing that writes nothing:
 # with a lease it breaks it, so the imports move), overwrite (cp of another model over the file,
 # as a re-download to the same path does), truncate (to 0 bytes); slow-move and move-fails are
 # overwrites under the test build's hooks (the move's deadline 300 ms with 400 ms per chunk
@@ -904,8 +907,7 @@ file_change_action() { # CHANGE MODEL LOG: sets tries
 resident_mib() { # PID FILE
   local anon file_kib
   anon=$(awk '/^RssAnon:/ { print $2 }' "/proc/$1/status" 2> /dev/null)
-  file_kib=$(awk -v f="$(realpath "$2")" '/^[0-9a-f]+-[0-9a-f]+ / { in_file = ($NF == f) }
-    in_file && /^Rss:/ { kib += $2 } END { print kib + 0 }' "/proc/$1/smaps" 2> /dev/null)
+  file_kib=$(smaps_kib "$1" "$2" Rss)
   echo $(((${anon:-0} + ${file_kib:-0}) / 1024))
 }
 file_change_case() { # ARM CHANGE LEASE PORT
