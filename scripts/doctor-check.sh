@@ -4,7 +4,7 @@
 # --engine library --json and then wm-load --json (wm::load_model, the same importer, model and
 # default policy), one line each, parsed by tooling:
 #   wm-doctor model=<file> device=<name> method=<...> import_mib=<n> copy_mib=<n> agrees_with_load=<yes|no>
-# agrees: the doctor's device, imported and copied bytes are the load's. A control must disagree:
+# agrees: the doctor's device and imported bytes are the load's (scripts/doctor_line.py). A control must disagree:
 # the doctor told a tensor alignment the load does not use (every tensor off a 64 KiB boundary
 # copied) against the plain load. Bad input must fail with one line naming the file or option.
 #   Usage: scripts/doctor-check.sh [BUILD_DIR]   (default: build; meson test runs it)
@@ -21,34 +21,13 @@ model=$work/dense.gguf
   { echo "doctor-check: wm-gen-model failed" >&2; exit 1; }
 status=0
 
-# One line from the doctor's JSON and the load's (an empty load file: it refused to load).
-compare() { # DEVICE DOCTOR_JSON LOAD_JSON
-  python3 - "$model" "$@" <<'PY'
-import json, os, sys
-model, device, doctor_path, load_path = sys.argv[1:5]
-d = json.load(open(doctor_path))["devices"][0]
-text = open(load_path).read().strip()
-if text:
-    load = json.loads(text)
-    # every device byte the load did not import is one the engine copies
-    agrees = (d["device_bytes"], d["import_bytes"], d["copy_bytes"]) == \
-             (load["device_bytes"], load["imported_bytes"], load["device_bytes"] - load["imported_bytes"])
-else:
-    # the load refused the importer (a discrete card): the doctor must have said it cannot be used
-    agrees = not d["usable"] and d["import_bytes"] == 0
-mib = lambda b: f"{b / 1048576:.2f}"
-print(f"wm-doctor model={os.path.basename(model)} device={device} method={d['method'].replace(' ', '-')} "
-      f"import_mib={mib(d['import_bytes'])} copy_mib={mib(d['copy_bytes'])} "
-      f"agrees_with_load={'yes' if agrees else 'no'}")
-PY
-}
-
 check() { # DEVICE BACKEND [DOCTOR_ARGS...] : ENV... via the caller
   local device=$1 backend=$2 line; shift 2
   "$doctor" --engine library --backend "$backend" --json "$@" "$model" > "$work/$device.doctor" \
     2> "$work/$device.doctor.err" || { echo "doctor-check: wm-doctor failed for $device:" >&2; cat "$work/$device.doctor.err" >&2; status=1; return; }
   "$wm_load" --importer "$backend" --json "$model" > "$work/$device.load" 2> "$work/$device.load.err"
-  line=$(compare "$device" "$work/$device.doctor" "$work/$device.load")
+  line=$(python3 "$root/scripts/doctor_line.py" "$work/$device.doctor" "$(basename "$model")" "$device" \
+    "wm-load:$work/$device.load")
   echo "$line"
   [[ $line == *" agrees_with_load=yes" ]] || { status=1; cat "$work/$device.load.err" >&2; }
 }

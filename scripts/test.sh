@@ -65,7 +65,10 @@ count_consumers() {
 # server answered with the same tokens; the multiproc line when three importing servers saved
 # >= 98 % of 3x the device bytes of RssAnon against both copying arms; a speed line when the
 # bench's arms generated the same tokens (its ratios are measurements, not pass marks: CI
-# machines are shared); no line at all is one failure.
+# machines are shared); an install line for vulkan when it built all four binaries (cuda and hip:
+# as far as the machine allows, run.sh checks that a refusal names what is missing); a wm-doctor
+# line when the doctor agreed with the load, its controls when they did not, and the doctor line
+# when every real header agreed; no line at all is one failure.
 count_llama() {
   local ok bad
   read -r ok bad < <(awk '
@@ -124,6 +127,15 @@ count_llama() {
       else pass = / server_alive=yes / && / answers_after=error( |$)/
       if (pass) ok++; else bad++
     }
+    # install.sh: vulkan builds all four binaries here; cuda and hip go as far as this machine allows
+    /^llama.cpp install / {
+      if (/ backend=vulkan /) pass = / ok=yes / && num("binaries") == 4 && num("seconds") >= 0
+      else pass = / ok=(yes|no) / && num("seconds") >= 0
+      if (pass) ok++; else bad++
+    }
+    /^llama.cpp doctor / { if (num("agree") > 0 && num("agree") == num("total")) ok++; else bad++ }
+    /^wm-doctor model=/ { if (/ agrees_with_load=yes( |$)/) ok++; else bad++ }
+    /^control: wm-doctor model=/ { if (/ agrees_with_load=no( |$)/) ok++; else bad++ }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
       d = 3 * num("device_mib")

@@ -190,6 +190,7 @@ F fake_fn(void * fake, const char * name) {
 struct totals {
     double imported_fraction = 0; // of every tensor's bytes, copied ones included
     uint64_t device_bytes = 0;
+    uint64_t imported_bytes = 0;  // tensor bytes (padding not included) read in place
     uint64_t planned_bytes = 0;   // the plan's imports (wm_plan_totals::pinned_bytes)
     size_t wrapped_live = 0;      // buffers wrapped while the placement lived
     uint64_t dirty_kib = 0;       // the model file's dirty pages while imported
@@ -276,6 +277,7 @@ totals place(llama_weightmap_device_importer & importer, const std::vector<tenso
                 (size_t) added[i]->alloc);
         }
     }
+    out.imported_bytes = imported;
     out.imported_fraction = out.device_bytes > 0 ? (double) imported / (double) out.device_bytes : 0.0;
     out.wrapped_live = importer.wrapped_buffers;
     out.dirty_kib = dirty_kib();
@@ -456,6 +458,14 @@ int main(int argc, char ** argv) {
     if (header == nullptr && pinning && t.planned_bytes > 0) printf("llama.cpp pinned model=%s planned_mib=%.2f pinned_mib_total=%.2f fit_trials=%d\n",
         hsa ? "hsa" : argv[2], (double) t.planned_bytes / (1024.0 * 1024.0), (double) pinned / (1024.0 * 1024.0), fit_trials);
     fprintf(stderr, "device_glue_check: %s %s: %s\n", argv[1], argv[2], available ? "imports" : why.c_str());
+    // what wm-doctor's answer is compared with (run.sh's run_doctor): every tensor is the device's,
+    // imported or copied, whether or not the device imports at all
+    uint64_t device_bytes = 0;
+    for (const tensor_ref & ref : tensors) {
+        device_bytes += ref.size;
+    }
+    fprintf(stderr, "device_glue_check: totals available=%s device_bytes=%llu imported_bytes=%llu\n", available ? "yes" : "no",
+        (unsigned long long) device_bytes, (unsigned long long) t.imported_bytes);
     const long live = hsa ? fake_fn<long (*)()>(fake, "fake_hsa_live_locks")() : fake_fn<long (*)()>(fake, "fake_cuda_live_registrations")();
     if (seen.writable > 0) {
         complain("writable pages: the glue maps the model read-only", nullptr, 0);

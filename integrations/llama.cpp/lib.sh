@@ -980,3 +980,138 @@ run_file_changes() {
     file_change_case import "$change" yes "$port"; port=$((port + 1))
   done
 }
+
+# --- wm-doctor against the loads it predicts ----------------------------------------------------
+# The installed wm-doctor (--engine llama.cpp, the default) on the glue's models and fakes, each
+# answer compared with what device_glue_check's load did (its totals line: device and imported
+# tensor bytes): every real header on gb10 and orin, and on the llama-bpe one each CUDA device
+# model and both HSA behaviours. On lavapipe, llama-completion's own weightmap line on a dense, a
+# quantized -ot and a --cpu-moe model. One wm-doctor line per device model and lavapipe case (the
+# real headers only where they disagree). Controls that must disagree: the poisoned model (the
+# glue reads the padding's bytes, which the doctor cannot: it says its import is the most), and
+# the tensor alignment before 0016 (128, which most real headers miss).
+doctor_glue_line() { # NAME MODEL DEVICE_LABEL ENV... -- GLUE_ARGS... : the line; false when it disagrees
+  local name=$1 model=$2 label device=$3 totals load; shift 3
+  label=$(basename "$model" | sed 's/^ggml-vocab-//')
+  local envs=(); while [[ $1 != -- ]]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" "$out/device_glue_check" "$@" > /dev/null 2> "$out/run/doctor-glue-$name.err" || true
+  totals=$(grep -m1 'device_glue_check: totals ' "$out/run/doctor-glue-$name.err") ||
+    { echo "wm-doctor model=$label device=$device method=none import_mib=0 copy_mib=0 agrees_with_load=no"; return 1; }
+  load=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+    END { print "bytes:" v["device_bytes"] ":" v["imported_bytes"] }' <<< "$totals")
+  env "${envs[@]}" "$doctor" --json "${doctor_args[@]}" "$model" > "$out/run/doctor-$name.json" 2> "$out/run/doctor-$name.err" ||
+    true
+  python3 "$root/scripts/doctor_line.py" "$out/run/doctor-$name.json" "$label" "$device" "$load"
+}
+run_doctor() {
+  local dir=$out/models/real-headers cuda=$libwm_build/tests/cuda/libfake_cuda_driver.so
+  local hsa=$libwm_build/tests/hsa/libfake_hsa_runtime.so doctor line m vocab name agree=0 total=0
+  local -a doctor_args
+  doctor=$(find "$dest" -path '*/bin/wm-doctor' | head -n 1)
+  [[ -x $doctor ]] || { fail "wm-doctor is not installed under $dest"; return; }
+  for vocab in "$dir"/ggml-vocab-*.gguf; do
+    name=$(basename "$vocab" .gguf)
+    for m in gb10 orin; do
+      doctor_args=(--backend cuda) total=$((total + 1))
+      if line=$(doctor_glue_line "$m-$name" "$vocab" "cuda-$m" WEIGHTMAP_CUDA_LIBRARY="$cuda" \
+          WEIGHTMAP_FAKE_CUDA_MODEL=$m -- cuda "$m" "$vocab" "$cuda" "$name"); then
+        agree=$((agree + 1))
+      else
+        summaries+=("$line"); fail "wm-doctor disagrees with the glue's load: $line"
+      fi
+    done
+  done
+  summaries+=("llama.cpp doctor real-headers=$((total / 2)) devices=2 agree=$agree total=$total")
+  m=$dir/ggml-vocab-llama-bpe.gguf doctor_args=(--backend cuda)
+  for name in gb10 orin gh200 h200; do
+    line=$(doctor_glue_line "$name" "$m" "cuda-$name" WEIGHTMAP_CUDA_LIBRARY="$cuda" \
+      WEIGHTMAP_FAKE_CUDA_MODEL=$name -- cuda "$name" "$m" "$cuda") || fail "wm-doctor disagrees with the glue's load: $line"
+    summaries+=("$line")
+  done
+  doctor_args=(--backend hip)
+  for name in read-only refused; do
+    line=$(doctor_glue_line "hsa-$name" "$m" "hsa-$name" WEIGHTMAP_HSA_LIBRARY="$hsa" \
+      WEIGHTMAP_FAKE_HSA_REFUSE_READ_ONLY=$([[ $name == refused ]] && echo 1 || echo 0) -- hsa "$name" "$m" "$hsa") ||
+      fail "wm-doctor disagrees with the glue's load: $line"
+    summaries+=("$line")
+  done
+  doctor_controls "$dir" "$cuda"
+  doctor_lavapipe
+}
+# Each control's doctor must disagree with the load, or the comparison could not fail.
+doctor_controls() { # DIR FAKE_CUDA
+  local line
+  doctor_args=(--backend cuda)
+  line=$(doctor_glue_line poisoned "$1/poisoned.gguf" cuda-gb10 WEIGHTMAP_CUDA_LIBRARY="$2" WEIGHTMAP_FAKE_CUDA_MODEL=gb10 \
+    -- cuda gb10 "$1/poisoned.gguf" "$2" poisoned) && fail "control: the doctor agreed on the poisoned model: $line"
+  summaries+=("control: $line")
+  doctor_args=(--backend cuda --tensor-alignment 128)
+  line=$(doctor_glue_line align128 "$1/ggml-vocab-falcon.gguf" cuda-gb10 WEIGHTMAP_CUDA_LIBRARY="$2" WEIGHTMAP_FAKE_CUDA_MODEL=gb10 \
+    -- cuda gb10 "$1/ggml-vocab-falcon.gguf" "$2" falcon) && fail "control: the doctor agreed at the old 128-byte alignment: $line"
+  summaries+=("control: $line")
+}
+# lavapipe: llama-completion's weightmap line (device and imported MiB) against the doctor.
+doctor_lavapipe() {
+  local spec model flags label log load line
+  for spec in "llama-dense.gguf|" "q4/llama-dense-q4_k_m.gguf|-ot blk\.1\.=CPU" "llama-moe.gguf|--cpu-moe"; do
+    model=$out/models/${spec%%|*} label=$(basename "${spec%%|*}")
+    read -r -a flags <<< "${spec#*|}"
+    log=$out/run/doctor-lavapipe-$label.log
+    "$bin/llama-completion" -m "$model" "${flags[@]}" -p hi -n 1 -no-cnv -t 2 -v > /dev/null 2> "$log" < /dev/null || true
+    load=$(grep -m1 -oE 'weightmap: device [0-9.]+ MiB, imported [0-9.]+ MiB' "$log" | awk '{ print "mib:" $3 ":" $6 }')
+    "$doctor" --backend vulkan --json "${flags[@]}" "$model" > "$log.json" 2> "$log.doctor.err" || true
+    line=$(python3 "$root/scripts/doctor_line.py" "$log.json" "$label" vulkan "${load:-mib:0:0}") ||
+      fail "wm-doctor disagrees with llama-completion's load ($label ${flags[*]}): $line; see $log"
+    summaries+=("$line")
+  done
+}
+
+# --- install.sh: the user's path --------------------------------------------------------------
+# install.sh --backend vulkan into OUT/install (its own libweightmap build and llama.cpp tree; the
+# compiler cache is run.sh's, and its tree sits beside its build as run.sh's does, so most objects
+# are hits), then the README's commands: its llama-server with -lv 4 --log-file answers a request,
+# the log's weightmap line says every device byte was imported, and its wm-doctor said so before.
+# --backend cuda and hip with --check: as far as this machine goes (the toolkit found and
+# configured), else exit 2 naming each missing prerequisite.
+unset_wm_env=(env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u PKG_CONFIG_SYSROOT_DIR) # run.sh's own prefix
+run_install() {
+  local prefix=$out/install rc=0 line
+  "${unset_wm_env[@]}" bash "$here/install.sh" --backend vulkan --prefix "$prefix" --jobs "${JOBS:-$(nproc)}" \
+    > "$out/logs/install-vulkan.log" 2>&1 || rc=$?
+  line=$(grep '^llama.cpp install ' "$out/logs/install-vulkan.log" | tail -n 1)
+  summaries+=("${line:-llama.cpp install backend=vulkan ok=no seconds=0 binaries=0}")
+  [[ $rc == 0 && $line == *" ok=yes "*" binaries=4" ]] ||
+    { fail "install.sh --backend vulkan failed (exit $rc); see $out/logs/install-vulkan.log"; return; }
+  install_serves "$prefix" "$out/models/q4/llama-dense-q4_k_m.gguf"
+  for b in cuda hip; do install_check "$b"; done
+}
+install_serves() { # PREFIX MODEL
+  local log=$out/run/install-server port=18391 answer load line
+  rm -f "$log.log"
+  server_wrapper=("${unset_wm_env[@]}") server_bin=$1/bin/llama-server
+  start_server "$log" "$port" import "$2" -lv 4 --log-file "$log.log" || { server_wrapper=() server_bin=""; return; }
+  answer=$(ask_server "$port" 0)
+  stop_server "$server_pid" "$log"
+  server_wrapper=() server_bin=""
+  [[ $answer != "no answer" ]] || fail "the installed llama-server did not answer; see $log.err"
+  load=$(grep -m1 -oE 'weightmap: device [0-9.]+ MiB, imported [0-9.]+ MiB' "$log.log" | awk '{ print "mib:" $3 ":" $6 }')
+  [[ -n $load && ${load#mib:} == "$(cut -d: -f3 <<< "$load"):$(cut -d: -f3 <<< "$load")" ]] ||
+    fail "the installed llama-server's log ($log.log) does not say every device byte was imported: ${load:-no weightmap line}"
+  "${unset_wm_env[@]}" "$1/bin/wm-doctor" --backend vulkan --json "$2" > "$log.doctor.json" 2> "$log.doctor.err" || true
+  line=$(python3 "$root/scripts/doctor_line.py" "$log.doctor.json" "$(basename "$2")" vulkan-installed "${load:-mib:0:0}") ||
+    fail "the installed wm-doctor disagrees with the installed llama-server's load: $line"
+  summaries+=("$line")
+}
+install_check() { # BACKEND
+  local rc=0 line log=$out/logs/install-$1.log
+  "${unset_wm_env[@]}" bash "$here/install.sh" --backend "$1" --prefix "$out/install-$1" --check > "$log" 2>&1 || rc=$?
+  line=$(grep '^llama.cpp install ' "$log" | tail -n 1)
+  summaries+=("${line:-llama.cpp install backend=$1 ok=no seconds=0 binaries=0}")
+  if [[ $line == *" ok=yes "* ]]; then
+    ((rc == 0)) || fail "install.sh --backend $1 --check said ok=yes but exited $rc; see $log"
+  elif ((rc != 2)) || ! grep -q '^  - .*: ' "$log"; then
+    fail "install.sh --backend $1 --check failed without naming a missing prerequisite (exit $rc); see $log"
+  else
+    echo "install.sh --backend $1 on this machine: $(grep '^  - ' "$log" | sed 's/^  - //; s/:.*//' | paste -sd ';')"
+  fi
+}

@@ -197,6 +197,8 @@ phase stock-and-checks
 run_compile_check
 run_device_glue
 phase device-glue
+run_doctor
+phase doctor
 run_split_sync "$m"
 phase split-sync
 run_servers "$m/big/llama-dense.gguf"
@@ -204,6 +206,8 @@ check_dirty_control "$m/llama-dense.gguf"
 phase servers
 run_file_changes
 phase file-change
+run_install
+phase install
 
 # --- speed: bench/llama_ab.sh, import vs copy vs upstream's iGPU default -----------------------
 # BENCH_REPS (default 2 here; the bench's own default is 5) alternated repetitions of each arm on
