@@ -45,6 +45,19 @@ echo "control: $line"
 [[ $line == *" agrees_with_load=no" ]] ||
   { echo "doctor-check: the control agreed: the comparison cannot fail" >&2; status=1; }
 
+# The lease's "no": as root every lease is possible (CI runs as root), so a user that does not
+# own the file asks; the doctor must say no and why (fcntl F_SETLEASE's refusal).
+if (($(id -u) == 0)) && command -v setpriv > /dev/null; then
+  chmod 755 "$work"
+  setpriv --reuid=nobody --regid=nogroup --clear-groups "$doctor" --backend vulkan --json "$model" \
+    > "$work/lease.json" 2> "$work/lease.err" || true
+  python3 -c 'import json, sys; f = json.load(open(sys.argv[1]))["file"]; sys.exit(0 if not f["lease"] and "F_SETLEASE" in f["lease_reason"] else 1)' \
+    "$work/lease.json" 2> /dev/null && echo "wm-doctor lease as nobody: no, with the kernel's reason" ||
+    { echo "doctor-check: wm-doctor run as nobody did not say why no lease is possible:" >&2; cat "$work/lease.json" "$work/lease.err" >&2; status=1; }
+else
+  echo "wm-doctor lease as nobody: not checked (needs root and setpriv)"
+fi
+
 # Bad input: exit 1 and one line naming what is wrong.
 expect_error() { # PATTERN ARGS...
   local pattern=$1 rc=0 err; shift

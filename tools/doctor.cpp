@@ -97,11 +97,17 @@ void check_lease(int fd, const std::string& path, FileFacts& facts) {
     auto guard = FileGuard::create(std::move(params));
     if (!guard) {
         facts.lease_reason = guard.error().message;
+        facts.lease_advice = "the file cannot be guarded: a change of it under a running server "
+                             "goes unnoticed";
         return;
     }
     auto status = guard->status(0);
     facts.lease = status && status->lease == FileLeaseState::held;
     if (status && !facts.lease) facts.lease_reason = status->reason;
+    if (!facts.lease)
+        facts.lease_advice = "without a lease no writer is held off: a change of the file's bytes "
+                             "stops the model with an error naming the file (docs/file_guard.md); "
+                             "run the server as the file's owner or give it CAP_LEASE";
     if (facts.lease && ::geteuid() == 0)
         facts.lease_reason = "taken as root: a server run as another user needs to own the file or "
                              "hold CAP_LEASE";

@@ -41,7 +41,8 @@ struct FileFacts {
     std::string mount_point; ///< from /proc/self/mountinfo; empty when not found
     bool dax = false;        ///< mounted -o dax: the kernel refuses long-term pins of its pages
     bool lease = false;      ///< a read lease was taken (and released again)
-    std::string lease_reason; ///< why not, with what to change
+    std::string lease_reason; ///< why not (the kernel's answer), or a note on it
+    std::string lease_advice; ///< without a lease: what a change of the file does, what to change
 };
 
 /// One group of tensors that differ only in their layer number ("blk.*.attn_q.weight").

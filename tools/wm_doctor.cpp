@@ -64,7 +64,8 @@ nlohmann::ordered_json to_json(const doc::Diagnosis& r, doc::Engine engine) {
             {"model", {{"architecture", r.model.architecture}, {"files", std::move(files)}}},
             {"file", {{"path", r.file.path}, {"filesystem", r.file.filesystem},
                       {"mount_point", r.file.mount_point}, {"dax", r.file.dax},
-                      {"lease", r.file.lease}, {"lease_reason", r.file.lease_reason}}},
+                      {"lease", r.file.lease}, {"lease_reason", r.file.lease_reason},
+                      {"lease_advice", r.file.lease_advice}}},
             {"devices", std::move(devices)}};
 }
 
@@ -81,6 +82,7 @@ void print_header(const doc::Diagnosis& r, doc::Engine engine) {
                r.file.dax ? " (dax)" : "");
     fmt::print("  read lease: {}{}\n", r.file.lease ? "yes" : "no",
                r.file.lease_reason.empty() ? "" : " (" + r.file.lease_reason + ")");
+    if (!r.file.lease_advice.empty()) fmt::print("  - {}\n", r.file.lease_advice);
     fmt::print("  engine: {}\n\n", engine == doc::Engine::llama_cpp
                                        ? "llama.cpp with LLAMA_WEIGHTMAP (token_embd.weight stays on the CPU)"
                                        : "libweightmap's load_model (wm-load)");
