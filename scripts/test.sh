@@ -123,6 +123,8 @@ count_llama() {
       # a move that cannot finish stops the model (the error); metadata never does; with a lease
       # the loaded weights stay; without one, never the changed bytes
       if (/ change=(slow-move|move-fails) /) pass = / server_alive=yes / && / answers_after=error( |$)/
+      else if (/ change=fork /) pass = / server_alive=yes / && / answers_after=same( |$)/ && / worker_alive_after_write=yes / &&
+        num("writer_wait_after_exit_s") >= 0 && num("writer_wait_after_exit_s") < num("child_s") / 2
       else if (/ change=(touch|close-no-write) / || / lease=yes /) pass = / server_alive=yes / && / answers_after=same( |$)/
       else pass = / server_alive=yes / && / answers_after=error( |$)/
       if (pass) ok++; else bad++
@@ -136,6 +138,8 @@ count_llama() {
     /^llama.cpp doctor / { if (num("agree") > 0 && num("agree") == num("total")) ok++; else bad++ }
     /^wm-doctor model=/ { if (/ agrees_with_load=yes( |$)/) ok++; else bad++ }
     /^control: wm-doctor model=/ { if (/ agrees_with_load=no( |$)/) ok++; else bad++ }
+    # the fork control: a worker made without the atfork handler holds the writer until it exits
+    /^llama.cpp file-change-control change=fork / { if (num("child_s") > 0 && num("writer_wait_after_exit_s") >= 0.8 * num("child_s")) ok++; else bad++ }
     /^llama.cpp server case=/ { if (/ tokens_identical=yes( |$)/ && num("load_s_import") > 0) ok++; else bad++ }
     /^llama.cpp multiproc / {
       d = 3 * num("device_mib")

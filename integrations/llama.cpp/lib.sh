@@ -979,6 +979,39 @@ run_file_changes() {
   for change in slow-move move-fails; do
     file_change_case import "$change" yes "$port"; port=$((port + 1))
   done
+  fork_case
+}
+
+# fork: a pre-forked worker of an importing process (fork_check.cpp against this libllama). Its
+# server is killed while the worker lives: the writer must not wait for the worker (before the
+# guard's atfork handler it waited for the worker's exit); and a process that serves while a
+# worker lives moves its imports and answers as before. The control forks with a raw clone(2),
+# which runs no atfork handler: its writer must wait for the worker, or the check could not fail.
+fork_case() {
+  local exe=$out/fork_check dir=$out/run/file-change child_s=3 arm line lease
+  if stale "$exe" "$here/fork_check.cpp"; then
+    g++ -std=c++17 -O2 -Wall -Wextra -Werror -I"$out/src/include" -I"$out/src/ggml/include" "$here/fork_check.cpp" \
+      -o "$exe" -L"$bin" -lllama -lggml -lggml-base -Wl,-rpath,"$bin" || { fail "fork_check.cpp does not build"; return; }
+  fi
+  mkdir -p "$dir"
+  for arm in fork control; do
+    cp "$out/models/llama-dense.gguf" "$dir/fork-$arm.gguf"
+    line=$("$exe" "$dir/fork-$arm.gguf" "$out/models/arch/gemma3-dense.gguf" "$out/models/llama-dense.gguf" "$child_s" \
+      "$([[ $arm == control ]] && echo control)" 2> "$dir/fork-$arm.err") || fail "fork_check $arm failed; see $dir/fork-$arm.err"
+    lease=no
+    grep -q 'guarded by a read lease' "$dir/fork-$arm.err" && lease=yes
+    if [[ $arm == fork ]]; then
+      summaries+=("llama.cpp file-change arm=import change=fork lease=$lease server_alive=yes $(sed 's/^fork child=fork //' <<< "$line") child_s=$child_s")
+      awk -v l="$line" -v c="$child_s" 'BEGIN { n = split(l, f, /[ =]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
+        exit !(v["writer_wait_after_exit_s"] < c / 2 && v["worker_alive_after_write"] == "yes" && v["answers_after"] == "same") }' &&
+        [[ $lease == yes ]] || fail "file-change fork: $line (lease=$lease); see $dir/fork-$arm.err"
+    else
+      summaries+=("llama.cpp file-change-control change=fork $(sed 's/^fork //' <<< "$line") child_s=$child_s")
+      awk -v l="$line" -v c="$child_s" 'BEGIN { n = split(l, f, /[ =]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
+        exit !(v["writer_wait_after_exit_s"] >= 0.8 * c) }' ||
+        fail "file-change fork control: a worker made by clone(2) did not hold the writer: $line"
+    fi
+  done
 }
 
 # --- wm-doctor against the loads it predicts ----------------------------------------------------
