@@ -13,19 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "doctor.hpp"
+#include "cli_main.hpp"
 #include "plan_cli.hpp"
 
 namespace {
 
 namespace doc = wm::doctor;
 
-int fail(const std::string& message) {
-    std::string line = message;
-    for (char& c : line)
-        if (c == '\n' || c == '\r') c = ' ';
-    fmt::print(stderr, "wm-doctor: {}\n", line);
-    return 1;
-}
+int fail(const std::string& message) { return wm::tools::fail_line("wm-doctor", message); }
 
 double mib(std::uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
@@ -183,16 +178,13 @@ int run(const Args& a) {
     auto r = doc::diagnose(*options);
     if (!r) return fail(r.error().message);
     if (a.json) {
-        std::cout << to_json(*r, options->engine)
-                         .dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-                  << '\n';
+        wm::tools::print_json(to_json(*r, options->engine));
     } else {
         print_header(*r, options->engine);
         print_summary(*r);
         for (const doc::Device& d : r->devices) print_device(d, a.groups);
     }
-    std::cout.flush();
-    return std::cout ? 0 : fail("writing the output failed");
+    return wm::tools::flush_stdout("wm-doctor");
 }
 
 } // namespace
@@ -203,16 +195,5 @@ int main(int argc, char** argv) {
                  "machine, how much, and why not. -ot is accepted for --override.",
                  "wm-doctor"};
     add_options(app, a);
-    try {
-        wm::tools::parse_with_llama_spelling(app, argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-        return fail(fmt::format("{} (see --help)", e.what()));
-    }
-    try {
-        return run(a);
-    } catch (const std::exception& e) { // allocation failure
-        return fail(e.what());
-    }
+    return wm::tools::run_cli(app, argc, argv, "wm-doctor", [&] { return run(a); });
 }

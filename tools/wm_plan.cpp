@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_main.hpp"
 #include "plan_cli.hpp"
 #include "weightmap/formats.hpp"
 #include "weightmap/placement_rules.hpp"
@@ -29,14 +30,7 @@ struct Options {
                              // --device, --import-policy: shared with wm-load
 };
 
-int fail(const std::string& message) {
-    // One line, whatever the message holds.
-    std::string line = message;
-    for (char& c : line)
-        if (c == '\n' || c == '\r') c = ' ';
-    fmt::print(stderr, "wm-plan: {}\n", line);
-    return 1;
-}
+int fail(const std::string& message) { return wm::tools::fail_line("wm-plan", message); }
 
 std::string mib(std::uint64_t bytes) {
     return fmt::format("{:.1f}", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -188,16 +182,11 @@ int run(const Options& o) {
     auto plan = wm::make_plan(*desc, o.plan.plan_options());
     if (!plan) return fail(plan.error().message);
 
-    if (o.json) {
-        // error_handler replace: tensor names are bytes from the file, not necessarily UTF-8.
-        std::cout << to_json(*info, *desc, *plan)
-                         .dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-                  << '\n';
-    } else {
+    if (o.json)
+        wm::tools::print_json(to_json(*info, *desc, *plan));
+    else
         print_table(*info, *rules, *desc, *plan);
-    }
-    std::cout.flush();
-    return std::cout ? 0 : fail("writing the output failed");
+    return wm::tools::flush_stdout("wm-plan");
 }
 
 } // namespace
@@ -213,16 +202,5 @@ int main(int argc, char** argv) {
         ->required();
     o.plan.add_options(app);
     app.add_flag("--json", o.json, "print one JSON object instead of the table");
-    try {
-        wm::tools::parse_with_llama_spelling(app, argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-        return fail(fmt::format("{} (see --help)", e.what()));
-    }
-    try {
-        return run(o);
-    } catch (const std::exception& e) { // allocation failure; nothing else throws
-        return fail(e.what());
-    }
+    return wm::tools::run_cli(app, argc, argv, "wm-plan", [&] { return run(o); });
 }
