@@ -430,8 +430,11 @@ start_rpc_server() { # HOST:PORT
   "$bin/ggml-rpc-server" -H "${1%:*}" -p "${1#*:}" -d CPU -t 1 >> "$out/logs/rpc-server.log" 2>&1 &
   rpc_pid=$!
   for _ in $(seq 100); do (: < "/dev/tcp/${1%:*}/${1#*:}") 2> /dev/null && break; sleep 0.1; done
+  # ours must be the one listening: a stale server of an interrupted run would answer instead
+  kill -0 "$rpc_pid" 2> /dev/null ||
+    { echo "run.sh: ggml-rpc-server did not start on $1 (in use? see $out/logs/rpc-server.log)" >&2; exit 1; }
 }
-stop_rpc_server() { kill "$rpc_pid" 2> /dev/null; wait "$rpc_pid" 2> /dev/null || true; }
+stop_rpc_server() { kill "$rpc_pid" 2> /dev/null || true; wait "$rpc_pid" 2> /dev/null || true; }
 
 run_split_sync() { # MODELS_DIR
   local c name model rest rpc=127.0.0.1:${RPC_PORT:-50917}
