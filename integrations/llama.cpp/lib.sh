@@ -1005,13 +1005,12 @@ fork_case() {
     grep -q 'guarded by a read lease' "$dir/fork-$arm.err" && lease=yes
     if [[ $arm == fork ]]; then
       summaries+=("llama.cpp file-change arm=import change=fork lease=$lease server_alive=yes $(sed 's/^fork child=fork //' <<< "$line") child_s=$child_s")
-      awk -v l="$line" -v c="$child_s" 'BEGIN { n = split(l, f, /[ =]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
-        exit !(v["writer_wait_after_exit_s"] < c / 2 && v["worker_alive_after_write"] == "yes" && v["answers_after"] == "same") }' &&
-        [[ $lease == yes ]] || fail "file-change fork: $line (lease=$lease); see $dir/fork-$arm.err"
+      awk -v w="$(field writer_wait_after_exit_s "$line")" -v c="$child_s" 'BEGIN { exit !(w != "" && w < c / 2) }' &&
+        [[ $line == *" worker_alive_after_write=yes "* && $line == *" answers_after=same "* && $lease == yes ]] ||
+        fail "file-change fork: $line (lease=$lease); see $dir/fork-$arm.err"
     else
       summaries+=("llama.cpp file-change-control change=fork $(sed 's/^fork //' <<< "$line") child_s=$child_s")
-      awk -v l="$line" -v c="$child_s" 'BEGIN { n = split(l, f, /[ =]/); for (i = 1; i < n; i++) v[f[i]] = f[i + 1]
-        exit !(v["writer_wait_after_exit_s"] >= 0.8 * c) }' ||
+      awk -v w="$(field writer_wait_after_exit_s "$line")" -v c="$child_s" 'BEGIN { exit !(w != "" && w >= 0.8 * c) }' ||
         fail "file-change fork control: a worker made by clone(2) did not hold the writer: $line"
     fi
   done
@@ -1033,8 +1032,7 @@ doctor_glue_line() { # NAME MODEL DEVICE_LABEL ENV... -- GLUE_ARGS... : the line
   env "${envs[@]}" "$out/device_glue_check" "$@" > /dev/null 2> "$out/run/doctor-glue-$name.err" || true
   totals=$(grep -m1 'device_glue_check: totals ' "$out/run/doctor-glue-$name.err") ||
     { echo "wm-doctor model=$label device=$device method=none import_mib=0 copy_mib=0 agrees_with_load=no"; return 1; }
-  load=$(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
-    END { print "bytes:" v["device_bytes"] ":" v["imported_bytes"] }' <<< "$totals")
+  load="bytes:$(field device_bytes "$totals"):$(field imported_bytes "$totals")"
   env "${envs[@]}" "$doctor" --json "${doctor_args[@]}" "$model" > "$out/run/doctor-$name.json" 2> "$out/run/doctor-$name.err" ||
     true
   python3 "$root/scripts/doctor_line.py" "$out/run/doctor-$name.json" "$label" "$device" "$load"
@@ -1131,7 +1129,9 @@ install_serves() { # PREFIX MODEL
   server_wrapper=() server_bin=""
   [[ $answer != "no answer" ]] || fail "the installed llama-server did not answer; see $log.err"
   load=$(grep -m1 -oE 'weightmap: device [0-9.]+ MiB, imported [0-9.]+ MiB' "$log.log" | awk '{ print "mib:" $3 ":" $6 }')
-  [[ -n $load && ${load#mib:} == "$(cut -d: -f3 <<< "$load"):$(cut -d: -f3 <<< "$load")" ]] ||
+  local device imported
+  IFS=: read -r _ device imported <<< "$load"
+  [[ -n $load && $device == "$imported" ]] ||
     fail "the installed llama-server's log ($log.log) does not say every device byte was imported: ${load:-no weightmap line}"
   "${unset_wm_env[@]}" "$1/bin/wm-doctor" --backend vulkan --json "$2" > "$log.doctor.json" 2> "$log.doctor.err" || true
   line=$(python3 "$root/scripts/doctor_line.py" "$log.doctor.json" "$(basename "$2")" vulkan-installed "${load:-mib:0:0}") ||
